@@ -1,0 +1,63 @@
+/* hakmem: a general-purpose memory allocator.
+ *
+ * Every standard allocation function is also available under a hak_ prefix,
+ * so a program (or a test under ThreadSanitizer) can call hakmem explicitly
+ * while the standard names stay with the C library. Linking libhakmem (or
+ * preloading it) additionally replaces the standard names themselves.
+ */
+#ifndef HAKMEM_H
+#define HAKMEM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HAKMEM_VERSION_MAJOR 0
+#define HAKMEM_VERSION_MINOR 1
+#define HAKMEM_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define HAK_MALLOC_ATTR __attribute__((malloc))
+#define HAK_ALLOC_SIZE(...) __attribute__((alloc_size(__VA_ARGS__)))
+#else
+#define HAK_MALLOC_ATTR
+#define HAK_ALLOC_SIZE(...)
+#endif
+
+/* The malloc family, with the C library's semantics and errno values. */
+void *hak_malloc(size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(1);
+void *hak_calloc(size_t count, size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(1, 2);
+void *hak_realloc(void *p, size_t size) HAK_ALLOC_SIZE(2);
+void *hak_reallocarray(void *p, size_t count, size_t size) HAK_ALLOC_SIZE(2, 3);
+void hak_free(void *p);
+void hak_free_sized(void *p, size_t size);
+void hak_free_aligned_sized(void *p, size_t alignment, size_t size);
+int hak_posix_memalign(void **out, size_t alignment, size_t size);
+void *hak_aligned_alloc(size_t alignment, size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(2);
+void *hak_memalign(size_t alignment, size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(2);
+void *hak_valloc(size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(1);
+void *hak_pvalloc(size_t size) HAK_MALLOC_ATTR;
+size_t hak_malloc_usable_size(const void *p);
+
+/* glibc extras. */
+struct mallinfo2;
+int hak_malloc_trim(size_t pad);
+int hak_mallopt(int param, int value);
+void hak_malloc_stats(void);
+struct mallinfo2 hak_mallinfo2(void);
+
+/* hakmem's own. */
+/* Nonzero when p points into memory hakmem manages (any block, live or not). */
+int hak_owns(const void *p);
+/* Writes the statistics report (as HAKMEM_STATS=1 prints at exit) to fd. */
+void hak_stats_print(int fd);
+/* Hands the calling thread's heap back now, as thread exit does. */
+void hak_thread_done(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

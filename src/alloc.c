@@ -1,0 +1,250 @@
+/* The allocation API: the hak_ functions, with the malloc and free fast
+ * paths. override.c includes this file to give the same functions the
+ * standard names. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <string.h>
+
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+/* ---- slow paths ----------------------------------------------------------- */
+
+/* Everything malloc's fast path does not handle: first use by a thread, an
+ * exhausted slab, sizes above the small classes, alignment, zeroing. */
+static hak_noinline void *alloc_slow(heap_t *heap, size_t size, size_t align, bool zero) {
+  if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *p = NULL;
+  if (size <= SMALL_MAX && align <= MIN_ALIGN) {
+    p = heap_alloc_small_slow(heap, size_class(size));
+    if (p && zero) memset(p, 0, size);
+  } else if (size <= LARGE_MAX && align <= REGION_SIZE / 2) {
+    p = large_alloc(heap, size, align, zero);
+  }
+  if (p == NULL && size > SMALL_MAX) p = huge_alloc(size, align, zero);
+  if (p == NULL) errno = ENOMEM;
+  return p;
+}
+
+/* ---- fast paths ------------------------------------------------------------- */
+
+hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
+  slab_t *s = heap->active[cls];
+  block_t *b = s->free;
+  if (likely(b != NULL)) {
+    s->free = b->next;
+    s->used++;
+    return b;
+  }
+  return NULL;
+}
+
+hak_inline void *alloc_inline(size_t size) {
+  heap_t *heap = heap_get();
+  if (likely(size <= SMALL_MAX)) {
+    void *p = alloc_small(heap, size_class(size));
+    if (likely(p != NULL)) return p;
+  }
+  return alloc_slow(heap, size, 0, false);
+}
+
+static hak_noinline void free_slow(heap_t *heap, void *p) {
+  if (p == NULL) return;
+  uint8_t kind = region_map_kind(p);
+  if (kind >= MAP_HUGE) {
+    huge_free(p);
+    return;
+  }
+  slab_t *s = slab_of(p);
+  if (kind != MAP_REGION || !slab_is_block(s, p)) {
+    hak_report_bad_pointer("free", p);
+    return;
+  }
+  bool local = slab_heap(s) == heap;
+  stat_free(s->kind == SLAB_LARGE ? STAT_ROW_LARGE : s->cls, s->bsize, local);
+  if (!local) slab_free_remote(s, p);
+  else if (s->kind == SLAB_LARGE) large_free(heap, s);
+  else heap_free_local_slow(heap, s, p);
+}
+
+hak_inline void free_inline(void *p) {
+  heap_t *heap = heap_get();
+  if (likely(region_map_kind(p) == MAP_REGION)) {
+    slab_t *s = slab_of(p);
+    if (likely(slab_owner(s) == (uintptr_t)heap)) {
+      block_t *b = p;
+      b->next = s->local_free;
+      s->local_free = b;
+      if (unlikely(--s->used == 0)) heap_slab_empty(heap, s);
+      return;
+    }
+  }
+  free_slow(heap, p);
+}
+
+/* ---- alignment ------------------------------------------------------------ */
+
+/* Blocks of a class start at multiples of its size from a 64 KiB boundary,
+ * so the first class at least max(size, align) whose size is a multiple of
+ * align gives aligned blocks; it always lies within one alignment of the
+ * size's own class. */
+static void *alloc_aligned(size_t size, size_t align) {
+  if (align <= 8 && size <= SMALL_MAX) return alloc_inline(size);
+  heap_t *heap = heap_get();
+  if (size <= SMALL_MAX && align <= SMALL_MAX) {
+    unsigned cls = size_class(size < align ? align : size);
+    while (cls < NUM_CLASSES && hak_class_size[cls] % align) cls++;
+    if (cls < NUM_CLASSES) {
+      void *p = alloc_small(heap, cls);
+      if (likely(p != NULL)) return p;
+      return alloc_slow(heap, hak_class_size[cls], 0, false);
+    }
+    size = SMALL_MAX + 1; /* no class fits: a large span does */
+  }
+  return alloc_slow(heap, size, align, false);
+}
+
+static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
+
+/* ---- the API -------------------------------------------------------------- */
+
+HAK_API void *hak_malloc(size_t size) { return alloc_inline(size); }
+
+HAK_API void hak_free(void *p) { free_inline(p); }
+
+HAK_API void hak_free_sized(void *p, size_t size) { free_inline(p); }
+
+HAK_API void hak_free_aligned_sized(void *p, size_t align, size_t size) { free_inline(p); }
+
+HAK_API void *hak_calloc(size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  heap_t *heap = heap_get();
+  if (likely(total <= SMALL_MAX)) {
+    void *p = alloc_small(heap, size_class(total));
+    if (likely(p != NULL)) return memset(p, 0, total);
+  }
+  return alloc_slow(heap, total, 0, true);
+}
+
+HAK_API size_t hak_malloc_usable_size(const void *p) {
+  uint8_t kind = region_map_kind(p);
+  if (kind >= MAP_HUGE) return huge_usable_size(p);
+  if (kind != MAP_REGION) return 0;
+  slab_t *s = slab_of(p);
+  return slab_is_block(s, p) ? s->bsize : 0;
+}
+
+HAK_API void *hak_realloc(void *p, size_t size) {
+  if (p == NULL) return alloc_inline(size);
+  if (size == 0) {
+    free_inline(p);
+    return NULL;
+  }
+  size_t old = hak_malloc_usable_size(p);
+  if (old == 0) {
+    hak_report_bad_pointer("realloc", p);
+    errno = EINVAL;
+    return NULL;
+  }
+  uint8_t kind = region_map_kind(p);
+  if (size <= old && (size > old / 2 || old <= 64)) return p;
+  if (kind == MAP_REGION && size > SMALL_MAX && size <= LARGE_MAX * 2) {
+    slab_t *s = slab_of(p);
+    if (s->kind == SLAB_LARGE && large_resize_in_place(heap_get(), s, size)) return p;
+  } else if (kind == MAP_HUGE && size > LARGE_MAX) {
+    void *q = huge_realloc(p, size);
+    if (q) return q;
+  }
+  void *q = alloc_inline(size);
+  if (q == NULL) return NULL;
+  memcpy(q, p, old < size ? old : size);
+  free_inline(p);
+  return q;
+}
+
+HAK_API void *hak_reallocarray(void *p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return hak_realloc(p, total);
+}
+
+HAK_API int hak_posix_memalign(void **out, size_t align, size_t size) {
+  if (!is_pow2(align) || align < sizeof(void *)) return EINVAL;
+  void *p = alloc_aligned(size, align);
+  if (p == NULL) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+HAK_API void *hak_aligned_alloc(size_t align, size_t size) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return alloc_aligned(size, align);
+}
+
+/* glibc's memalign rounds an alignment that is not a power of two up. */
+HAK_API void *hak_memalign(size_t align, size_t size) {
+  if (align > ((size_t)1 << (ADDRESS_BITS - 1))) {
+    errno = EINVAL;
+    return NULL;
+  }
+  size_t a = 1;
+  while (a < align) a <<= 1;
+  return alloc_aligned(size, a);
+}
+
+HAK_API void *hak_valloc(size_t size) { return alloc_aligned(size, os_page_size()); }
+
+HAK_API void *hak_pvalloc(size_t size) {
+  size_t page = os_page_size(), rounded = (size + page - 1) & ~(page - 1);
+  if (rounded < size) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return alloc_aligned(rounded ? rounded : page, page);
+}
+
+/* Gives back everything free: this thread's cached slabs, abandoned heaps,
+ * resident free units, the BigCache. Other threads' heaps are theirs. */
+HAK_API int hak_malloc_trim(size_t pad) {
+  size_t n = 0;
+  heap_t *heap = heap_get();
+  if (heap != &hak_heap_empty) n += heap_trim(heap);
+  n += heap_trim_abandoned();
+  n += huge_trim();
+  return n > 0;
+}
+
+HAK_API int hak_mallopt(int param, int value) { return 1; }
+
+HAK_API void hak_malloc_stats(void) { hak_stats_print(2); }
+
+HAK_API struct mallinfo2 hak_mallinfo2(void) {
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof mi);
+  size_t mapped = (size_t)(atomic_load(&hak_stats.regions_mapped) - atomic_load(&hak_stats.regions_unmapped)) * REGION_SIZE;
+  size_t spans = atomic_load(&hak_span_bytes), huge = atomic_load(&hak_huge_bytes);
+  mi.arena = mapped;
+  mi.hblkhd = huge;
+  mi.hblks = (size_t)atomic_load(&hak_stats.huge_mapped);
+  mi.uordblks = spans + huge;
+  mi.fordblks = mapped > spans ? mapped - spans : 0;
+  mi.keepcost = 0;
+  return mi;
+}
+
+HAK_API int hak_owns(const void *p) { return region_map_kind(p) != MAP_NONE; }

@@ -1,0 +1,305 @@
+/* Thread heaps. Each thread allocates from its own heap, reached through
+ * initial-exec TLS; a thread that has not allocated yet points at a static
+ * empty heap whose every class reads as "empty, refill me", so the fast path
+ * needs no "initialised?" test. A heap owns regions; its slabs sit in one
+ * queue per class. Heaps outlive their threads: at thread exit a heap is
+ * abandoned (remote frees keep arriving on its stack) and the next new thread
+ * adopts it whole, so nothing is leaked and memory is reused. */
+#define _GNU_SOURCE
+#include <pthread.h>
+
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+#define REGION_EMPTY (~(uint64_t)0 & ~(uint64_t)1)
+
+slab_t hak_slab_empty;
+#define EMPTY_VIEWS {[0 ... NUM_CLASSES - 1] = &hak_slab_empty}
+heap_t hak_heap_empty = {.active = EMPTY_VIEWS, .cur = EMPTY_VIEWS};
+__thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+
+hak_lock_t hak_lock_heaps;
+static heap_t *abandoned; /* under hak_lock_heaps */
+static heap_t *all_heaps;
+static char *meta_next, *meta_end;
+static pthread_key_t heap_key;
+
+/* ---- class queues (owner only) ----------------------------------------- */
+
+static void queue_push(heap_t *heap, slab_t *s) {
+  slab_queue_t *q = &heap->queue[s->cls];
+  s->next = NULL;
+  s->prev = q->tail;
+  if (q->tail) q->tail->next = s;
+  else q->head = s;
+  q->tail = s;
+  s->queued = 1;
+}
+
+static void queue_remove(heap_t *heap, slab_t *s) {
+  slab_queue_t *q = &heap->queue[s->cls];
+  if (s->prev) s->prev->next = s->next;
+  else q->head = s->next;
+  if (s->next) s->next->prev = s->prev;
+  else q->tail = s->prev;
+  if (q->spare == s) q->spare = NULL;
+  s->next = s->prev = NULL;
+  s->queued = 0;
+}
+
+static void slab_set_full(slab_t *s) {
+  atomic_fetch_or_explicit(&s->owner, SLAB_F_FULL, memory_order_relaxed);
+}
+
+/* ---- regions and spans --------------------------------------------------- */
+
+static void region_unlink(heap_t *heap, region_t *r) {
+  if (r->prev) r->prev->next = r->next;
+  else heap->regions = r->next;
+  if (r->next) r->next->prev = r->prev;
+  r->next = r->prev = NULL;
+}
+
+static void region_link_front(heap_t *heap, region_t *r) {
+  r->prev = NULL;
+  r->next = heap->regions;
+  if (r->next) r->next->prev = r;
+  heap->regions = r;
+}
+
+static void region_link_back(heap_t *heap, region_t *r) {
+  region_t *last = heap->regions;
+  if (last == NULL) {
+    region_link_front(heap, r);
+    return;
+  }
+  while (last->next) last = last->next;
+  last->next = r;
+  r->prev = last;
+  r->next = NULL;
+}
+
+/* A span from the heap's regions: those with free units come first, so the
+ * scan stops at the first full one. */
+slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units) {
+  for (region_t *r = heap->regions; r && r->free_units; r = r->next) {
+    slab_t *s = region_span_alloc(r, units, align_units);
+    if (s == NULL) continue;
+    if (r->free_units == 0 && r->next) {
+      region_unlink(heap, r);
+      region_link_back(heap, r);
+    }
+    return s;
+  }
+  region_t *r = region_alloc(heap);
+  if (r == NULL) return NULL;
+  region_link_front(heap, r);
+  return region_span_alloc(r, units, align_units);
+}
+
+/* Gives a span back to its region; a region left empty goes to the pool
+ * unless it is the heap's last. */
+static void heap_span_release(heap_t *heap, slab_t *s) {
+  region_t *r = region_of(s);
+  bool was_full = r->free_units == 0;
+  region_span_free(r, s);
+  if (r->free_units == REGION_EMPTY && (r != heap->regions || r->next)) {
+    region_unlink(heap, r);
+    region_release(r);
+  } else if (was_full) {
+    region_unlink(heap, r);
+    region_link_front(heap, r);
+  }
+}
+
+/* ---- slabs of a heap ------------------------------------------------------ */
+
+/* A slab's last block came back. Keep the class's current slab and one spare;
+ * give anything more back to the region. */
+void heap_slab_empty(heap_t *heap, slab_t *s) {
+  if (s->kind == SLAB_LARGE) {
+    heap_span_release(heap, s);
+    return;
+  }
+  if (s == heap->cur[s->cls]) return;
+  slab_queue_t *q = &heap->queue[s->cls];
+  if (q->spare == NULL) {
+    q->spare = s;
+    return;
+  }
+  queue_remove(heap, s);
+  heap_span_release(heap, s);
+}
+
+/* Takes the stack of slabs that received remote frees and moves their blocks
+ * to the slabs' local lists. */
+void heap_collect_remote(heap_t *heap) {
+  slab_t *s = atomic_exchange_explicit(&heap->remote_slabs, NULL, memory_order_acquire);
+  while (s) {
+    slab_t *next = s->remote_next; /* read first: s may be pushed again at once */
+    if (slab_collect_remote(s)) {
+      if (s->kind == SLAB_SMALL && (slab_owner(s) & SLAB_F_FULL)) {
+        atomic_fetch_and_explicit(&s->owner, ~(uintptr_t)SLAB_F_FULL, memory_order_relaxed);
+        queue_push(heap, s);
+      }
+      if (s->used == 0) heap_slab_empty(heap, s);
+    }
+    s = next;
+  }
+}
+
+/* A local free into a slab whose owner word carries flags. */
+void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
+  if (slab_owner(s) & SLAB_F_FULL) {
+    atomic_fetch_and_explicit(&s->owner, ~(uintptr_t)SLAB_F_FULL, memory_order_relaxed);
+    queue_push(heap, s);
+  }
+  b->next = s->local_free;
+  s->local_free = b;
+  if (--s->used == 0) heap_slab_empty(heap, s);
+}
+
+static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
+  size_t units = hak_class_units[cls];
+  slab_t *s = heap_span_alloc(heap, units, 1);
+  if (s) slab_init(s, heap, cls, units);
+  return s;
+}
+
+/* A slab of class cls with a non-empty free list, or NULL when out of memory. */
+static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
+  slab_t *s = heap->cur[cls];
+  if (s->free || slab_refill(s)) return s;
+  heap_collect_remote(heap);
+  if (s->free || slab_refill(s)) return s;
+  if (s != &hak_slab_empty) slab_set_full(s);
+  slab_queue_t *q = &heap->queue[cls];
+  while ((s = q->head) != NULL) {
+    queue_remove(heap, s);
+    if (s->free || slab_refill(s)) break;
+    slab_set_full(s);
+  }
+  if (s == NULL) s = heap_slab_new(heap, cls);
+  heap->cur[cls] = s ? s : &hak_slab_empty;
+  heap->active[cls] = &hak_slab_empty;
+  return s && (s->free || slab_refill(s)) ? s : NULL;
+}
+
+void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
+  slab_t *s = heap_find_slab(heap, cls);
+  if (s == NULL) return NULL;
+  block_t *b = s->free;
+  s->free = b->next;
+  s->used++;
+  if (likely(!hak_stats_enabled)) heap->active[cls] = s;
+  stat_alloc(cls, s->bsize);
+  return b;
+}
+
+/* ---- heap life cycle ------------------------------------------------------ */
+
+static heap_t *heap_new(void) {
+  size_t need = (sizeof(heap_t) + 63) & ~(size_t)63;
+  hak_lock(&hak_lock_heaps);
+  if (meta_next == NULL || meta_next + need > meta_end) {
+    size_t chunk = 64 * 1024;
+    char *m = os_map_aligned(chunk, os_page_size());
+    if (m == NULL) {
+      hak_unlock(&hak_lock_heaps);
+      return NULL;
+    }
+    meta_next = m;
+    meta_end = m + chunk;
+  }
+  heap_t *h = (heap_t *)meta_next;
+  meta_next += need;
+  *h = hak_heap_empty;
+  h->next_all = all_heaps;
+  all_heaps = h;
+  hak_unlock(&hak_lock_heaps);
+  stat_inc(heaps_created);
+  return h;
+}
+
+heap_t *heap_init_thread(void) {
+  hak_process_init();
+  hak_lock(&hak_lock_heaps);
+  heap_t *h = abandoned;
+  if (h) abandoned = h->next_abandoned;
+  hak_unlock(&hak_lock_heaps);
+  if (h) {
+    h->next_abandoned = NULL;
+    stat_inc(heaps_adopted);
+  } else if ((h = heap_new()) == NULL) {
+    return NULL;
+  }
+  hak_tls_heap = h;
+  pthread_setspecific(heap_key, h);
+  return h;
+}
+
+/* Gives back what the heap holds but does not use: remote frees, empty
+ * slabs, empty regions, resident free units. Owner (or abandoned-list
+ * holder) only. Returns bytes purged. */
+size_t heap_trim(heap_t *heap) {
+  heap_collect_remote(heap);
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    slab_queue_t *q = &heap->queue[cls];
+    if (q->spare) {
+      slab_t *s = q->spare;
+      queue_remove(heap, s);
+      heap_span_release(heap, s);
+    }
+    slab_t *cur = heap->cur[cls];
+    if (cur != &hak_slab_empty && cur->used == 0) {
+      heap->cur[cls] = heap->active[cls] = &hak_slab_empty;
+      heap_span_release(heap, cur);
+    }
+  }
+  size_t purged = 0;
+  for (region_t *r = heap->regions, *next; r; r = next) {
+    next = r->next;
+    if (r->free_units == REGION_EMPTY) {
+      region_unlink(heap, r);
+      purged += REGION_SIZE - UNIT_SIZE;
+      region_release(r);
+    } else {
+      purged += region_purge(r);
+    }
+  }
+  return purged;
+}
+
+void heap_abandon(heap_t *heap) {
+  if (heap == &hak_heap_empty) return;
+  heap_trim(heap);
+  hak_lock(&hak_lock_heaps);
+  heap->next_abandoned = abandoned;
+  abandoned = heap;
+  hak_unlock(&hak_lock_heaps);
+}
+
+size_t heap_trim_abandoned(void) {
+  size_t n = 0;
+  hak_lock(&hak_lock_heaps);
+  for (heap_t *h = abandoned; h; h = h->next_abandoned) n += heap_trim(h);
+  hak_unlock(&hak_lock_heaps);
+  return n;
+}
+
+static void heap_thread_exit(void *arg) {
+  heap_t *heap = arg;
+  if (hak_tls_heap == heap) hak_tls_heap = &hak_heap_empty;
+  heap_abandon(heap);
+}
+
+HAK_API void hak_thread_done(void) {
+  heap_t *heap = hak_tls_heap;
+  if (heap == &hak_heap_empty) return;
+  hak_tls_heap = &hak_heap_empty;
+  pthread_setspecific(heap_key, NULL);
+  heap_abandon(heap);
+}
+
+void heap_process_init(void) { pthread_key_create(&heap_key, heap_thread_exit); }

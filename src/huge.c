@@ -1,0 +1,196 @@
+/* Huge blocks: above LARGE_MAX, one mapping each. The mapping starts at a
+ * region-aligned address with a header page, so that masking the block's
+ * address finds the header just as it finds a region's; the ownership map
+ * marks the chunk MAP_HUGE. Freed mappings wait in the BigCache, bounded by
+ * bytes (HAKMEM_BIGCACHE_MB) and by age (HAKMEM_BIGCACHE_AGE_MS).
+ *
+ * Alignments of a region or more put the block at base + align; the map then
+ * records how far back the header lies (MAP_HUGE + log2(align) - 21). */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+#define HUGE_MAGIC 0x68616b6d656d4855ull
+#define CACHE_SLOTS 16
+
+typedef struct {
+  uint64_t magic;
+  char *block;      /* the pointer handed out */
+  size_t map_size;  /* bytes mapped from the header on */
+} huge_header_t;
+
+typedef struct {
+  char *base;
+  size_t size;
+  uint64_t freed_ms;
+} cache_entry_t;
+
+hak_lock_t hak_lock_huge;
+_Atomic size_t hak_huge_bytes;
+static cache_entry_t cache[CACHE_SLOTS]; /* under hak_lock_huge */
+static size_t cache_bytes;
+
+static huge_header_t *huge_header(const void *p, uint8_t kind) {
+  char *chunk = (char *)region_of(p);
+  if (kind > MAP_HUGE) chunk -= (size_t)1 << (kind - MAP_HUGE + REGION_SHIFT - 1);
+  return (huge_header_t *)chunk;
+}
+
+/* Takes a cached mapping of at least need bytes (and not much more). */
+static char *cache_take(size_t need, size_t *size) {
+  char *base = NULL;
+  hak_lock(&hak_lock_huge);
+  size_t best = CACHE_SLOTS;
+  for (size_t i = 0; i < CACHE_SLOTS; i++) {
+    size_t sz = cache[i].size;
+    if (cache[i].base && sz >= need && sz - need <= need / 4 && (best == CACHE_SLOTS || sz < cache[best].size))
+      best = i;
+  }
+  if (best < CACHE_SLOTS) {
+    base = cache[best].base;
+    *size = cache[best].size;
+    cache_bytes -= *size;
+    cache[best].base = NULL;
+  }
+  hak_unlock(&hak_lock_huge);
+  return base;
+}
+
+/* Evicts entries older than the age bound, or all with force; unmaps them
+ * outside the lock. Returns bytes unmapped. */
+static size_t cache_evict(bool force) {
+  cache_entry_t out[CACHE_SLOTS];
+  size_t n = 0, bytes = 0;
+  uint64_t now = os_now_ms(), age = (uint64_t)hak_option(OPT_BIGCACHE_AGE_MS);
+  hak_lock(&hak_lock_huge);
+  for (size_t i = 0; i < CACHE_SLOTS; i++) {
+    if (cache[i].base && (force || now - cache[i].freed_ms >= age)) {
+      out[n++] = cache[i];
+      cache_bytes -= cache[i].size;
+      cache[i].base = NULL;
+    }
+  }
+  hak_unlock(&hak_lock_huge);
+  for (size_t i = 0; i < n; i++) os_unmap(out[i].base, out[i].size), bytes += out[i].size;
+  return bytes;
+}
+
+/* Keeps a freed mapping if the cache has room, else unmaps it. */
+static void cache_put(char *base, size_t size) {
+  size_t limit = (size_t)hak_option(OPT_BIGCACHE_MB) << 20;
+  bool kept = false;
+  if (size <= limit) {
+    hak_lock(&hak_lock_huge);
+    size_t slot = CACHE_SLOTS, oldest = CACHE_SLOTS;
+    for (size_t i = 0; i < CACHE_SLOTS; i++) {
+      if (cache[i].base == NULL) slot = i;
+      else if (oldest == CACHE_SLOTS || cache[i].freed_ms < cache[oldest].freed_ms) oldest = i;
+    }
+    if (slot < CACHE_SLOTS && cache_bytes + size <= limit) {
+      cache[slot] = (cache_entry_t){base, size, os_now_ms()};
+      cache_bytes += size;
+      kept = true;
+    }
+    hak_unlock(&hak_lock_huge);
+  }
+  if (!kept) os_unmap(base, size);
+  cache_evict(false);
+}
+
+void *huge_alloc(size_t size, size_t align, bool zero) {
+  size_t page = os_page_size();
+  if (align < page) align = page;
+  size_t offset = align, map_size = offset + size + page - 1;
+  if (size > ((size_t)1 << ADDRESS_BITS) || map_size < size) return NULL;
+  map_size &= ~(page - 1);
+  uint8_t kind = MAP_HUGE;
+  if (align >= REGION_SIZE) kind = (uint8_t)(MAP_HUGE + __builtin_ctzl(align) - REGION_SHIFT + 1);
+  char *base = NULL;
+  size_t got = map_size;
+  bool cached = false;
+  if (kind == MAP_HUGE && (base = cache_take(map_size, &got)) != NULL) {
+    cached = true;
+    stat_inc(huge_cache_hits);
+  } else {
+    base = os_map_aligned(map_size, kind == MAP_HUGE ? REGION_SIZE : align);
+    if (base == NULL) return NULL;
+    if (region_map_index(base + map_size) >= MAP_ENTRIES) {
+      os_unmap(base, map_size);
+      return NULL;
+    }
+    stat_inc(huge_mapped);
+  }
+  huge_header_t *h = (huge_header_t *)base;
+  h->magic = HUGE_MAGIC;
+  h->block = base + offset;
+  h->map_size = got;
+  if (zero && cached) memset(h->block, 0, size);
+  region_map_set(h->block, kind);
+  atomic_fetch_add_explicit(&hak_huge_bytes, got, memory_order_relaxed);
+  stat_alloc(STAT_ROW_HUGE, got - offset);
+  return h->block;
+}
+
+/* The header of huge block p, or NULL when p is not one. */
+static huge_header_t *huge_lookup(const void *p) {
+  uint8_t kind = region_map_kind(p);
+  if (kind < MAP_HUGE) return NULL;
+  huge_header_t *h = huge_header(p, kind);
+  return h->magic == HUGE_MAGIC && h->block == p ? h : NULL;
+}
+
+void huge_free(void *p) {
+  huge_header_t *h = huge_lookup(p);
+  if (h == NULL) {
+    hak_report_bad_pointer("free", p);
+    return;
+  }
+  uint8_t kind = region_map_kind(p);
+  size_t size = h->map_size;
+  stat_free(STAT_ROW_HUGE, size - (size_t)(h->block - (char *)h), false);
+  atomic_fetch_sub_explicit(&hak_huge_bytes, size, memory_order_relaxed);
+  region_map_set(p, MAP_NONE);
+  h->magic = 0;
+  if (kind == MAP_HUGE) cache_put((char *)h, size);
+  else os_unmap(h, size);
+}
+
+size_t huge_usable_size(const void *p) {
+  huge_header_t *h = huge_lookup(p);
+  return h ? h->map_size - (size_t)(h->block - (char *)h) : 0;
+}
+
+/* Resizes in place, or moves the pages (no copy) to a new aligned address.
+ * Returns NULL when neither works; p is then unchanged. */
+void *huge_realloc(void *p, size_t size) {
+  huge_header_t *h = huge_lookup(p);
+  if (h == NULL || region_map_kind(p) != MAP_HUGE) return NULL;
+  size_t page = os_page_size(), offset = (size_t)(h->block - (char *)h);
+  size_t need = (offset + size + page - 1) & ~(page - 1);
+  if (need < size) return NULL;
+  size_t old = h->map_size;
+  if (need <= old && need >= old / 2) return p;
+  if (need < old) { /* shrink: unmap the tail */
+    os_unmap((char *)h + need, old - need);
+  } else if (os_remap(h, old, need, NULL) == NULL) {
+    char *to = os_map_aligned(need, REGION_SIZE);
+    if (to == NULL) return NULL;
+    if (os_remap(h, old, need, to) == NULL) {
+      os_unmap(to, need);
+      return NULL;
+    }
+    region_map_set(p, MAP_NONE);
+    h = (huge_header_t *)to;
+    h->block = to + offset;
+    region_map_set(h->block, MAP_HUGE);
+  }
+  h->map_size = need;
+  if (need > old) atomic_fetch_add_explicit(&hak_huge_bytes, need - old, memory_order_relaxed);
+  else atomic_fetch_sub_explicit(&hak_huge_bytes, old - need, memory_order_relaxed);
+  return h->block;
+}
+
+size_t huge_trim(void) { return cache_evict(true); }

@@ -1,0 +1,230 @@
+/* hakmem internals: the types every layer shares and the functions each layer
+ * offers the others. Layer order, lowest first:
+ *   os.c (system calls) -> options.c, stats.c -> region.c (regions, spans, the
+ *   ownership map) -> slab.c (blocks of one class) -> heap.c (thread heaps)
+ *   -> large.c, huge.c (pools above 32 KiB) -> alloc.c (the API) -> override.c
+ */
+#ifndef HAKMEM_INTERNAL_H
+#define HAKMEM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hakmem.h"
+#include "os.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define hak_noinline __attribute__((noinline))
+#define hak_inline static inline __attribute__((always_inline))
+#define HAK_API __attribute__((visibility("default")))
+
+/* Graded assertions: level 1 cheap checks, 2 internal consistency, 3 expensive. */
+#ifndef HAKMEM_DEBUG
+#define HAKMEM_DEBUG 0
+#endif
+void hak_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#define hak_assert_level(lvl, e) \
+  ((HAKMEM_DEBUG >= (lvl) && !(e)) ? hak_assert_fail(#e, __FILE__, __LINE__) : (void)0)
+#define hak_assert(e) hak_assert_level(1, e)
+#define hak_assert_internal(e) hak_assert_level(2, e)
+#define hak_assert_expensive(e) hak_assert_level(3, e)
+
+/* ---- geometry ---------------------------------------------------------- */
+
+#define REGION_SHIFT 22 /* 4 MiB regions, aligned to their size */
+#define REGION_SIZE ((size_t)1 << REGION_SHIFT)
+#define UNIT_SHIFT 16 /* regions are cut into 64 KiB units; unit 0 holds the header */
+#define UNIT_SIZE ((size_t)1 << UNIT_SHIFT)
+#define REGION_UNITS (REGION_SIZE / UNIT_SIZE)
+#define ADDRESS_BITS 47 /* user space on x86-64 and aarch64 without a hint */
+#define MAP_ENTRIES ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT))
+
+#define SMALL_MAX 32768       /* Tiny (<= 1 KiB) and Mid (<= 32 KiB) classes */
+#define TINY_MAX 1024
+#define LARGE_MAX (REGION_SIZE / 4) /* spans of units; above this, Huge mappings */
+#define NUM_CLASSES 44
+#define MIN_ALIGN 16 /* what malloc guarantees for blocks of 16 bytes and more */
+
+/* ---- blocks, slabs ----------------------------------------------------- */
+
+typedef struct block_s {
+  struct block_s *next;
+} block_t;
+
+/* Flags in the low bits of slab.owner; the heap address sits above them. A
+ * set flag makes free's single owner comparison fail into the slow path. */
+enum {
+  SLAB_F_FULL = 1, /* not in the heap's queue: re-link on the next free */
+  SLAB_F_SLOW = 2, /* every free takes the slow path (large spans, stats) */
+  SLAB_F_MASK = 3,
+};
+
+enum slab_kind { SLAB_NONE = 0, SLAB_SMALL, SLAB_LARGE };
+
+/* One descriptor per unit of a region. A slab spans one or more units; only
+ * the head descriptor is used, the others point back to it by head_off. */
+typedef struct slab_s {
+  block_t *free;                 /* the owner allocates from here */
+  uint32_t used;                 /* blocks handed out and not yet freed locally */
+  uint32_t bsize;                /* block size */
+  _Atomic uintptr_t owner;       /* heap address | SLAB_F_* */
+  block_t *local_free;           /* the owner frees into here */
+  _Atomic(block_t *) remote;     /* other threads push here */
+  char *bump;                    /* first never-used block */
+  char *end;                     /* end of the last whole block */
+  uint32_t head_off;             /* bytes back to the head descriptor */
+  uint8_t cls;
+  uint8_t kind;
+  uint8_t units;
+  uint8_t queued;                /* in the heap's class queue */
+  uint8_t fresh;                 /* span memory is known to read as zeros */
+  /* cold */
+  struct slab_s *next, *prev;    /* heap class queue */
+  struct slab_s *remote_next;    /* heap's stack of slabs with remote frees */
+  uint32_t capacity;
+} __attribute__((aligned(128))) slab_t;
+
+/* ---- regions ------------------------------------------------------------ */
+
+typedef struct heap_s heap_t;
+
+typedef struct region_s {
+  slab_t slabs[REGION_UNITS];    /* slabs[0] describes the header unit itself */
+  uint64_t free_units;           /* bit i: unit i belongs to no slab */
+  uint64_t dirty_units;          /* free units that may still be resident */
+  heap_t *heap;                  /* owner; NULL while in the global pool */
+  struct region_s *next, *prev;  /* heap's list, or the pool */
+  uint64_t idle_since_ms;        /* pool: when it became empty */
+} region_t;
+
+enum region_map_kind { MAP_NONE = 0, MAP_REGION = 1, MAP_HUGE = 2 };
+extern uint8_t hak_region_map[MAP_ENTRIES];
+
+hak_inline region_t *region_of(const void *p) {
+  return (region_t *)((uintptr_t)p & ~(REGION_SIZE - 1));
+}
+hak_inline size_t region_map_index(const void *p) { return (uintptr_t)p >> REGION_SHIFT; }
+/* The map entry for p, or MAP_NONE for an address outside the map. */
+hak_inline uint8_t region_map_kind(const void *p) {
+  size_t i = region_map_index(p);
+  return i < MAP_ENTRIES ? __atomic_load_n(&hak_region_map[i], __ATOMIC_RELAXED) : MAP_NONE;
+}
+hak_inline slab_t *slab_of(const void *p) {
+  region_t *r = region_of(p);
+  slab_t *d = &r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)];
+  return (slab_t *)((char *)d - d->head_off);
+}
+hak_inline char *slab_start(const slab_t *s) {
+  region_t *r = region_of(s);
+  return (char *)r + (size_t)(s - r->slabs) * UNIT_SIZE;
+}
+
+region_t *region_alloc(heap_t *heap);
+void region_release(region_t *r);
+slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units);
+void region_span_free(region_t *r, slab_t *s);
+bool region_span_grow(region_t *r, slab_t *s, size_t units);
+size_t region_purge(region_t *r);
+size_t region_pool_trim(bool all);
+void region_map_set(const void *p, uint8_t kind);
+
+/* ---- locks -------------------------------------------------------------- */
+
+/* A spin lock for the few process-wide lists (region pool, abandoned heaps,
+ * huge cache). Held briefly, never across a call that may allocate. */
+typedef struct {
+  _Atomic int held;
+} hak_lock_t;
+hak_inline void hak_lock(hak_lock_t *l) {
+  while (atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+    while (atomic_load_explicit(&l->held, memory_order_relaxed)) os_yield();
+}
+hak_inline void hak_unlock(hak_lock_t *l) { atomic_store_explicit(&l->held, 0, memory_order_release); }
+extern _Atomic size_t hak_span_bytes; /* bytes in spans handed to slabs and large blocks */
+extern _Atomic size_t hak_huge_bytes;
+extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge;
+
+/* ---- size classes ------------------------------------------------------- */
+
+extern const uint8_t hak_tiny_class[TINY_MAX / 8 + 1];
+extern const uint32_t hak_class_size[NUM_CLASSES];
+extern const uint8_t hak_class_units[NUM_CLASSES];
+
+/* Four classes per doubling above 64 bytes, exact multiples of 8 below. */
+hak_inline unsigned size_class(size_t size) {
+  if (likely(size <= TINY_MAX)) return hak_tiny_class[(size + 7) >> 3];
+  size_t w = size - 1;
+  unsigned b = 63 - (unsigned)__builtin_clzl(w);
+  return 8 + (b - 6) * 4 + (unsigned)((w >> (b - 2)) & 3);
+}
+
+/* ---- slabs and heaps ----------------------------------------------------- */
+
+typedef struct slab_queue_s {
+  slab_t *head, *tail;
+  slab_t *spare; /* one empty slab kept for reuse */
+} slab_queue_t;
+
+struct heap_s {
+  slab_t *active[NUM_CLASSES];     /* fast path view: a slab, or slab_empty */
+  slab_t *cur[NUM_CLASSES];        /* the slab each class allocates from */
+  _Atomic(slab_t *) remote_slabs;  /* slabs that received remote frees */
+  slab_queue_t queue[NUM_CLASSES];
+  region_t *regions;               /* owned regions, those with free units first */
+  heap_t *next_abandoned;
+  heap_t *next_all;
+  uint64_t slow_calls;
+} __attribute__((aligned(64)));
+
+extern slab_t hak_slab_empty;
+extern heap_t hak_heap_empty;
+extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+
+hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
+hak_inline uintptr_t slab_owner(const slab_t *s) {
+  return atomic_load_explicit(&s->owner, memory_order_relaxed);
+}
+hak_inline heap_t *slab_heap(const slab_t *s) {
+  return (heap_t *)(slab_owner(s) & ~(uintptr_t)SLAB_F_MASK);
+}
+
+/* slab.c */
+void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
+bool slab_refill(slab_t *s);
+void slab_free_remote(slab_t *s, block_t *b);
+size_t slab_collect_remote(slab_t *s);
+bool slab_is_block(const slab_t *s, const void *p);
+
+/* heap.c */
+heap_t *heap_init_thread(void);
+void *heap_alloc_small_slow(heap_t *heap, unsigned cls);
+void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
+void heap_slab_empty(heap_t *heap, slab_t *s);
+void heap_collect_remote(heap_t *heap);
+slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units);
+size_t heap_trim(heap_t *heap);
+void heap_abandon(heap_t *heap);
+size_t heap_trim_abandoned(void);
+void heap_process_init(void);
+void heap_fork_child(void);
+
+/* large.c */
+void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
+void large_free(heap_t *heap, slab_t *s);
+bool large_resize_in_place(heap_t *heap, slab_t *s, size_t size);
+
+/* huge.c */
+void *huge_alloc(size_t size, size_t align, bool zero);
+void huge_free(void *p);
+size_t huge_usable_size(const void *p);
+void *huge_realloc(void *p, size_t size);
+size_t huge_trim(void);
+
+/* init.c */
+void hak_process_init(void);
+void hak_report_bad_pointer(const char *what, const void *p);
+
+#endif

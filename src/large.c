@@ -1,0 +1,47 @@
+/* The Large pool: blocks above 32 KiB and up to LARGE_MAX, each a span of
+ * 64 KiB units in its heap's regions. Only the pages a block touches become
+ * resident, so the unit rounding costs address space, not memory. Freed spans
+ * go back to their region, where they stay resident (a cache of recently
+ * freed runs) until purged. */
+#include <string.h>
+
+#include "internal.h"
+#include "stats.h"
+
+void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
+  size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
+  size_t align_units = align > UNIT_SIZE ? align >> UNIT_SHIFT : 1;
+  if (units == 0) units = 1;
+  if (units >= REGION_UNITS || align_units > REGION_UNITS / 2) return NULL;
+  slab_t *s = heap_span_alloc(heap, units, align_units);
+  if (s == NULL) return NULL;
+  s->kind = SLAB_LARGE;
+  s->cls = 0;
+  s->bsize = (uint32_t)(units * UNIT_SIZE);
+  s->capacity = 1;
+  s->used = 1;
+  s->free = s->local_free = NULL;
+  atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
+  s->bump = s->end = NULL;
+  s->queued = 0;
+  atomic_store_explicit(&s->owner, (uintptr_t)heap | SLAB_F_SLOW, memory_order_release);
+  void *p = slab_start(s);
+  if (zero && !s->fresh) memset(p, 0, size);
+  stat_alloc(STAT_ROW_LARGE, s->bsize);
+  return p;
+}
+
+/* The owner frees a large block. */
+void large_free(heap_t *heap, slab_t *s) {
+  s->used = 0;
+  heap_slab_empty(heap, s);
+}
+
+/* Grows the owner's large block in place when the units after it are free. */
+bool large_resize_in_place(heap_t *heap, slab_t *s, size_t size) {
+  size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
+  if (units <= s->units) return true;
+  if (slab_heap(s) != heap || !region_span_grow(region_of(s), s, units)) return false;
+  s->bsize = (uint32_t)(units * UNIT_SIZE);
+  return true;
+}

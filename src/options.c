@@ -1,0 +1,80 @@
+/* The options table. Each option has one entry, its environment variable is
+ * HAKMEM_<NAME>, and it is read on first use (or again at process start if the
+ * environment was not set up yet when first asked). */
+#include "options.h"
+
+#include "internal.h"
+
+typedef struct {
+  const char *name; /* HAKMEM_<name> */
+  long value;
+  long def;
+  const char *doc;
+  _Atomic int state; /* 0 not read, 1 read */
+} option_desc_t;
+
+static option_desc_t options[OPT_COUNT] = {
+  [OPT_STATS] = {"STATS", 0, 0, "print per-class statistics to stderr at exit (1 = on)", 0},
+  [OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 0, 1000,
+                          "milliseconds freed memory stays resident before madvise (0 = at once, -1 = never)", 0},
+  [OPT_POOL_REGIONS] = {"POOL_REGIONS", 0, 16, "empty 4 MiB regions kept mapped (purged) for reuse", 0},
+  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 64, "MiB of freed huge blocks kept mapped for reuse", 0},
+  [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 2000, "milliseconds a freed huge block stays cached", 0},
+  [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
+};
+
+static long parse_long(const char *s, long def) {
+  bool neg = false;
+  long v = 0;
+  if (*s == '-') neg = true, s++;
+  if (*s < '0' || *s > '9') {
+    /* words for booleans */
+    if (s[0] == 'o' && s[1] == 'n') return 1;
+    if (s[0] == 'y' || s[0] == 't') return 1;
+    if (s[0] == 'o' && s[1] == 'f') return 0;
+    if (s[0] == 'n' || s[0] == 'f') return 0;
+    return def;
+  }
+  while (*s >= '0' && *s <= '9') v = v * 10 + (*s++ - '0');
+  return neg ? -v : v;
+}
+
+static void option_read(option_desc_t *o) {
+  char var[64] = "HAKMEM_";
+  size_t n = 7;
+  for (const char *p = o->name; *p && n < sizeof var - 1; p++) var[n++] = *p;
+  var[n] = 0;
+  const char *s = os_getenv(var);
+  o->value = s ? parse_long(s, o->def) : o->def;
+  /* Before the C library sets up the environment, leave it "not read". */
+  extern char **environ;
+  if (environ != NULL) atomic_store_explicit(&o->state, 1, memory_order_release);
+}
+
+long hak_option(hak_option_t opt) {
+  option_desc_t *o = &options[opt];
+  if (unlikely(atomic_load_explicit(&o->state, memory_order_acquire) == 0)) option_read(o);
+  return o->value;
+}
+
+bool hak_option_on(hak_option_t opt) { return hak_option(opt) != 0; }
+
+void hak_options_init(void) {
+  for (int i = 0; i < OPT_COUNT; i++) hak_option((hak_option_t)i);
+}
+
+void hak_options_print(int fd) {
+  os_out_t o = {.fd = fd};
+  for (int i = 0; i < OPT_COUNT; i++) {
+    os_out_str(&o, "hakmem: option HAKMEM_");
+    os_out_str(&o, options[i].name);
+    os_out_str(&o, "=");
+    long v = hak_option((hak_option_t)i);
+    if (v < 0) os_out_str(&o, "-");
+    os_out_uint(&o, (uint64_t)(v < 0 ? -v : v), 0);
+    os_out_str(&o, "  (");
+    os_out_str(&o, options[i].doc);
+    os_out_str(&o, ")\n");
+  }
+  os_out_flush(&o);
+}

@@ -1,0 +1,46 @@
+/* The OS layer: every system call hakmem makes goes through these functions.
+ * None of them allocates; all are safe to call with hakmem's locks held. */
+#ifndef HAKMEM_OS_H
+#define HAKMEM_OS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Maps size bytes of zeroed read-write memory aligned to align (a power of
+ * two, at least the page size). Returns NULL when the OS refuses. */
+void *os_map_aligned(size_t size, size_t align);
+/* Unmaps [p, p+size); p and size page-aligned. */
+void os_unmap(void *p, size_t size);
+/* Returns [p, p+size) to the OS; the range stays mapped and reads back as
+ * zeros. Returns the number of bytes purged (0 when the call failed). */
+size_t os_purge(void *p, size_t size);
+/* Resizes a mapping in place or, with may_move, anywhere page-aligned.
+ * Returns the new address or NULL (the old mapping is then unchanged). */
+void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at);
+/* Writes len bytes to stderr, retrying short writes; never allocates. */
+void os_write_stderr(const char *s, size_t len);
+void os_write_fd(int fd, const char *s, size_t len);
+size_t os_page_size(void);
+uint64_t os_now_ms(void);
+/* Resident pages of the process, from /proc/self/statm; 0 if unreadable. */
+size_t os_resident_bytes(void);
+/* The value of environment variable name, read without allocating, or NULL
+ * (also before the C library has set up the environment). */
+const char *os_getenv(const char *name);
+/* Current thread's id, for messages. */
+long os_thread_id(void);
+void os_yield(void);
+
+/* A small formatting buffer on the stack, for messages and stats. */
+typedef struct {
+  char buf[512];
+  size_t len;
+  int fd;
+} os_out_t;
+void os_out_str(os_out_t *o, const char *s);
+void os_out_uint(os_out_t *o, uint64_t v, int width);
+void os_out_hex(os_out_t *o, uintptr_t v);
+void os_out_flush(os_out_t *o);
+
+#endif

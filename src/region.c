@@ -1,0 +1,168 @@
+/* Regions: 4 MiB of address space aligned to its size, taken from the OS and
+ * cut into 64 KiB units. Unit 0 holds the region header (one slab descriptor
+ * per unit); spans of free units become slabs and large blocks. A region
+ * belongs to one heap; only that heap's thread (or whoever holds an abandoned
+ * heap) changes its spans. Empty regions wait, purged, in a bounded pool.
+ *
+ * The ownership map has one byte per 4 MiB of the address space: it tells
+ * free() whether a pointer is hakmem's before anything is read through it. */
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+#define ALL_UNITS (~(uint64_t)0)
+#define HEADER_UNITS ((uint64_t)1)
+
+uint8_t hak_region_map[MAP_ENTRIES]; /* in .bss: untouched pages cost nothing */
+hak_lock_t hak_lock_regions;
+_Atomic size_t hak_span_bytes;
+
+static region_t *pool;      /* empty regions, most recent first */
+static size_t pool_count;
+
+void region_map_set(const void *p, uint8_t kind) {
+  size_t i = region_map_index(p);
+  if (i < MAP_ENTRIES) __atomic_store_n(&hak_region_map[i], kind, __ATOMIC_RELEASE);
+}
+
+static uint64_t span_bits(size_t first, size_t units) {
+  return (units >= 64 ? ALL_UNITS : (((uint64_t)1 << units) - 1)) << first;
+}
+
+region_t *region_alloc(heap_t *heap) {
+  hak_lock(&hak_lock_regions);
+  region_t *r = pool;
+  if (r) {
+    pool = r->next;
+    pool_count--;
+  }
+  hak_unlock(&hak_lock_regions);
+  if (r) {
+    stat_inc(regions_reused);
+  } else {
+    r = os_map_aligned(REGION_SIZE, REGION_SIZE);
+    if (r == NULL) return NULL;
+    if (region_map_index(r) >= MAP_ENTRIES) { /* beyond the map: unusable */
+      os_unmap(r, REGION_SIZE);
+      return NULL;
+    }
+    /* Zeroed descriptors read as SLAB_NONE with no owner: a pointer into a
+     * free unit fails free's owner test and is reported, never trusted. */
+    r->free_units = ALL_UNITS & ~HEADER_UNITS;
+    region_map_set(r, MAP_REGION);
+    stat_inc(regions_mapped);
+  }
+  r->heap = heap;
+  r->next = r->prev = NULL;
+  return r;
+}
+
+size_t region_purge(region_t *r) {
+  size_t purged = 0;
+  uint64_t dirty = r->dirty_units;
+  while (dirty) {
+    unsigned first = (unsigned)__builtin_ctzll(dirty);
+    uint64_t run = dirty >> first;
+    unsigned len = ~run ? (unsigned)__builtin_ctzll(~run) : 64 - first;
+    purged += os_purge((char *)r + (size_t)first * UNIT_SIZE, (size_t)len * UNIT_SIZE);
+    dirty &= ~span_bits(first, len);
+  }
+  r->dirty_units = 0;
+  if (purged) stat_add(bytes_purged, purged);
+  return purged;
+}
+
+static void region_unmap(region_t *r) {
+  region_map_set(r, MAP_NONE);
+  os_unmap(r, REGION_SIZE);
+  stat_inc(regions_unmapped);
+}
+
+/* An empty region goes to the pool, purged, or back to the OS when the pool
+ * is full. */
+void region_release(region_t *r) {
+  hak_assert(r->free_units == (ALL_UNITS & ~HEADER_UNITS));
+  region_purge(r);
+  r->heap = NULL;
+  hak_lock(&hak_lock_regions);
+  if (pool_count < (size_t)hak_option(OPT_POOL_REGIONS)) {
+    r->next = pool;
+    pool = r;
+    pool_count++;
+    r = NULL;
+  }
+  hak_unlock(&hak_lock_regions);
+  if (r) region_unmap(r);
+}
+
+/* Unmaps pooled regions: all of them, or those beyond the pool's bound. */
+size_t region_pool_trim(bool all) {
+  size_t keep = all ? 0 : (size_t)hak_option(OPT_POOL_REGIONS), n = 0;
+  for (;;) {
+    hak_lock(&hak_lock_regions);
+    region_t *r = NULL;
+    if (pool_count > keep) {
+      r = pool;
+      pool = r->next;
+      pool_count--;
+    }
+    hak_unlock(&hak_lock_regions);
+    if (r == NULL) return n;
+    region_unmap(r);
+    n += REGION_SIZE;
+  }
+}
+
+/* Finds units free units in a row, starting at a multiple of align_units,
+ * and makes them a span whose head descriptor is returned. */
+slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units) {
+  uint64_t m = r->free_units;
+  for (size_t i = 1; i < units && m; i++) m &= m >> 1;
+  if (align_units > 1) {
+    uint64_t starts = 0;
+    for (size_t i = 0; i < REGION_UNITS; i += align_units) starts |= (uint64_t)1 << i;
+    m &= starts;
+  }
+  if (m == 0) return NULL;
+  size_t first = (size_t)__builtin_ctzll(m);
+  uint64_t bits = span_bits(first, units);
+  slab_t *s = &r->slabs[first];
+  s->fresh = (r->dirty_units & bits) == 0;
+  r->free_units &= ~bits;
+  r->dirty_units &= ~bits;
+  atomic_fetch_add_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
+  for (size_t i = 1; i < units; i++) r->slabs[first + i].head_off = (uint32_t)(i * sizeof(slab_t));
+  s->head_off = 0;
+  s->units = (uint8_t)units;
+  return s;
+}
+
+/* Extends span s to units units if the units after it are free. */
+bool region_span_grow(region_t *r, slab_t *s, size_t units) {
+  size_t first = (size_t)(s - r->slabs);
+  if (first + units > REGION_UNITS) return false;
+  uint64_t more = span_bits(first + s->units, units - s->units);
+  if ((r->free_units & more) != more) return false;
+  atomic_fetch_add_explicit(&hak_span_bytes, (units - s->units) * UNIT_SIZE, memory_order_relaxed);
+  r->free_units &= ~more;
+  r->dirty_units &= ~more;
+  for (size_t i = s->units; i < units; i++) r->slabs[first + i].head_off = (uint32_t)(i * sizeof(slab_t));
+  s->units = (uint8_t)units;
+  return true;
+}
+
+/* Returns a span's units to the region. Its descriptors read as free again
+ * (no kind, no owner), so a stale pointer into it is caught by free. */
+void region_span_free(region_t *r, slab_t *s) {
+  size_t first = (size_t)(s - r->slabs), units = s->units;
+  for (size_t i = 0; i < units; i++) {
+    slab_t *d = &r->slabs[first + i];
+    atomic_store_explicit(&d->owner, 0, memory_order_relaxed);
+    d->kind = SLAB_NONE;
+    d->head_off = 0;
+  }
+  uint64_t bits = span_bits(first, units);
+  atomic_fetch_sub_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
+  r->free_units |= bits;
+  r->dirty_units |= bits;
+}

@@ -1,0 +1,89 @@
+/* Slabs: a span of units holding blocks of one size class, with three free
+ * lists: `free` the owner allocates from, `local_free` the owner frees into,
+ * `remote` an atomic list other threads push onto. Fresh blocks are carved
+ * from the bump range a batch at a time, so untouched pages stay untouched. */
+#include "internal.h"
+#include "stats.h"
+
+#define CARVE_BYTES 4096 /* carve about a page of fresh blocks at a time */
+
+void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
+  size_t bsize = hak_class_size[cls], bytes = units * UNIT_SIZE;
+  s->free = NULL;
+  s->local_free = NULL;
+  atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
+  s->used = 0;
+  s->bsize = (uint32_t)bsize;
+  s->cls = (uint8_t)cls;
+  s->kind = SLAB_SMALL;
+  s->queued = 0;
+  s->capacity = (uint32_t)(bytes / bsize);
+  s->bump = slab_start(s);
+  s->end = s->bump + (size_t)s->capacity * bsize;
+  s->next = s->prev = s->remote_next = NULL;
+  atomic_store_explicit(&s->owner, (uintptr_t)heap | (hak_stats_enabled ? SLAB_F_SLOW : 0), memory_order_release);
+}
+
+/* Makes s->free non-empty from local frees or fresh blocks. */
+bool slab_refill(slab_t *s) {
+  if (s->local_free) {
+    s->free = s->local_free;
+    s->local_free = NULL;
+    return true;
+  }
+  if (s->bump < s->end) {
+    size_t bsize = s->bsize, n = CARVE_BYTES / bsize;
+    if (n < 8) n = 8;
+    char *b = s->bump, *last = b + (n - 1) * bsize;
+    if (last >= s->end) last = s->end - bsize;
+    for (char *q = b; q < last; q += bsize) ((block_t *)q)->next = (block_t *)(q + bsize);
+    ((block_t *)last)->next = NULL;
+    s->free = (block_t *)b;
+    s->bump = last + bsize;
+    stat_refill(s->cls);
+    return true;
+  }
+  return false;
+}
+
+/* Another thread frees b: push it, and when the list was empty tell the
+ * owning heap (whose collector then visits this slab once). */
+void slab_free_remote(slab_t *s, block_t *b) {
+  block_t *head = atomic_load_explicit(&s->remote, memory_order_relaxed);
+  do {
+    b->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_release,
+                                                  memory_order_relaxed));
+  if (head != NULL) return;
+  heap_t *heap = slab_heap(s);
+  slab_t *top = atomic_load_explicit(&heap->remote_slabs, memory_order_relaxed);
+  do {
+    s->remote_next = top;
+  } while (!atomic_compare_exchange_weak_explicit(&heap->remote_slabs, &top, s, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+/* Owner only, and only for a slab taken off the heap's remote stack: moves
+ * the remote list to local_free. Returns the number of blocks moved. */
+size_t slab_collect_remote(slab_t *s) {
+  block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
+  if (list == NULL) return 0;
+  size_t n = 1;
+  block_t *tail = list;
+  while (tail->next) tail = tail->next, n++;
+  tail->next = s->local_free;
+  s->local_free = list;
+  hak_assert(s->used >= n);
+  s->used -= (uint32_t)n;
+  return n;
+}
+
+/* Whether p is the start of a block this slab has handed out. */
+bool slab_is_block(const slab_t *s, const void *p) {
+  if (s->kind == SLAB_NONE || slab_owner(s) == 0) return false;
+  char *start = slab_start(s);
+  if ((const char *)p < start) return false;
+  size_t off = (size_t)((const char *)p - start);
+  if (s->kind == SLAB_LARGE) return off == 0;
+  return off % s->bsize == 0 && (const char *)p < s->bump;
+}

@@ -1,0 +1,63 @@
+/* Statistics: counting helpers and the report. */
+#include "stats.h"
+
+#include "options.h"
+
+hak_stats_t hak_stats;
+bool hak_stats_enabled;
+
+void hak_stats_init(void) { hak_stats_enabled = hak_option_on(OPT_STATS); }
+
+void stat_row_alloc(unsigned row, size_t bytes) {
+  stat_row_t *r = &hak_stats.rows[row];
+  atomic_fetch_add_explicit(&r->allocs, 1, memory_order_relaxed);
+  int64_t live = atomic_fetch_add_explicit(&r->live_bytes, (int64_t)bytes, memory_order_relaxed) + (int64_t)bytes;
+  int64_t peak = atomic_load_explicit(&r->peak_bytes, memory_order_relaxed);
+  while (live > peak &&
+         !atomic_compare_exchange_weak_explicit(&r->peak_bytes, &peak, live, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+void stat_row_free(unsigned row, size_t bytes, bool local) {
+  stat_row_t *r = &hak_stats.rows[row];
+  atomic_fetch_add_explicit(&r->frees, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(local ? &r->local_frees : &r->remote_frees, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&r->live_bytes, (int64_t)bytes, memory_order_relaxed);
+}
+
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+static void print_row_name(os_out_t *o, unsigned row) {
+  if (row == STAT_ROW_LARGE) os_out_str(o, "   large");
+  else if (row == STAT_ROW_HUGE) os_out_str(o, "    huge");
+  else os_out_uint(o, hak_class_size[row], 8);
+}
+
+HAK_API void hak_stats_print(int fd) {
+  os_out_t o = {.fd = fd};
+  os_out_str(&o, "hakmem statistics");
+  if (!hak_stats_enabled) os_out_str(&o, " (per-class counts need HAKMEM_STATS=1)");
+  os_out_str(&o, "\n   class");
+#define X(name, label) os_out_str(&o, " "), os_out_str(&o, "            " label + (sizeof(label) > 13 ? 12 : sizeof(label) - 1));
+  HAK_CLASS_STATS(X)
+#undef X
+  os_out_str(&o, "\n");
+  for (unsigned row = 0; row < STAT_ROWS; row++) {
+    stat_row_t *r = &hak_stats.rows[row];
+    if (LOAD(r->allocs) == 0 && LOAD(r->frees) == 0 && LOAD(r->refills) == 0) continue;
+    print_row_name(&o, row);
+#define X(name, label) os_out_str(&o, " "), os_out_uint(&o, (uint64_t)LOAD(r->name), 12);
+    HAK_CLASS_STATS(X)
+#undef X
+    os_out_str(&o, "\n");
+  }
+#define X(name, label) \
+  os_out_str(&o, "  " label ": "), os_out_uint(&o, (uint64_t)LOAD(hak_stats.name), 0), os_out_str(&o, "\n");
+  HAK_GLOBAL_STATS(X)
+#undef X
+  os_out_str(&o, "  resident bytes (process): ");
+  os_out_uint(&o, os_resident_bytes(), 0);
+  os_out_str(&o, "\n");
+  os_out_flush(&o);
+}

@@ -1,0 +1,73 @@
+/* Statistics. Per-class counters are kept only with HAKMEM_STATS=1, which
+ * routes every call through the slow paths so the fast paths carry no
+ * counting; process-wide counters are counted on slow paths always. */
+#ifndef HAKMEM_STATS_H
+#define HAKMEM_STATS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* One list generates the fields, the counting and the printing. */
+#define HAK_CLASS_STATS(X)        \
+  X(allocs, "allocs")             \
+  X(frees, "frees")               \
+  X(local_frees, "local")         \
+  X(remote_frees, "remote")       \
+  X(refills, "refills")           \
+  X(live_bytes, "live-bytes")     \
+  X(peak_bytes, "peak-bytes")
+
+#define HAK_GLOBAL_STATS(X)                                   \
+  X(regions_mapped, "regions mapped")                         \
+  X(regions_unmapped, "regions unmapped")                     \
+  X(regions_reused, "regions reused from the pool")           \
+  X(huge_mapped, "huge blocks mapped")                        \
+  X(huge_cache_hits, "huge blocks reused from the BigCache")  \
+  X(bytes_purged, "bytes purged (madvise)")                   \
+  X(heaps_created, "thread heaps created")                    \
+  X(heaps_adopted, "thread heaps adopted after thread exit")  \
+  X(bad_frees, "invalid pointers passed to free/realloc")
+
+/* Rows: the small classes, then the Large and Huge pools. */
+#define STAT_ROW_LARGE NUM_CLASSES
+#define STAT_ROW_HUGE (NUM_CLASSES + 1)
+#define STAT_ROWS (NUM_CLASSES + 2)
+
+typedef struct {
+#define X(name, label) _Atomic int64_t name;
+  HAK_CLASS_STATS(X)
+#undef X
+} stat_row_t;
+
+typedef struct {
+#define X(name, label) _Atomic int64_t name;
+  HAK_GLOBAL_STATS(X)
+#undef X
+  stat_row_t rows[STAT_ROWS];
+} hak_stats_t;
+
+extern hak_stats_t hak_stats;
+extern bool hak_stats_enabled;
+
+#define stat_inc(field) atomic_fetch_add_explicit(&hak_stats.field, 1, memory_order_relaxed)
+#define stat_add(field, n) atomic_fetch_add_explicit(&hak_stats.field, (int64_t)(n), memory_order_relaxed)
+
+/* Per-class counting; compiled in always, executed only in stats mode. */
+void stat_row_alloc(unsigned row, size_t bytes);
+void stat_row_free(unsigned row, size_t bytes, bool local);
+hak_inline void stat_alloc(unsigned row, size_t bytes) {
+  if (unlikely(hak_stats_enabled)) stat_row_alloc(row, bytes);
+}
+hak_inline void stat_free(unsigned row, size_t bytes, bool local) {
+  if (unlikely(hak_stats_enabled)) stat_row_free(row, bytes, local);
+}
+hak_inline void stat_refill(unsigned row) {
+  if (unlikely(hak_stats_enabled)) atomic_fetch_add_explicit(&hak_stats.rows[row].refills, 1, memory_order_relaxed);
+}
+
+void hak_stats_init(void);
+
+#endif
