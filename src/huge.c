@@ -150,7 +150,7 @@ void huge_free(void *p) {
   }
   uint8_t kind = region_map_kind(p);
   size_t size = h->map_size;
-  stat_free(STAT_ROW_HUGE, size - (size_t)(h->block - (char *)h), false);
+  stat_free(STAT_ROW_HUGE, size - (size_t)(h->block - (char *)h), true);
   atomic_fetch_sub_explicit(&hak_huge_bytes, size, memory_order_relaxed);
   region_map_set(p, MAP_NONE);
   h->magic = 0;
@@ -188,6 +188,8 @@ void *huge_realloc(void *p, size_t size) {
     region_map_set(h->block, MAP_HUGE);
   }
   h->map_size = need;
+  stat_free(STAT_ROW_HUGE, old - offset, true);
+  stat_alloc(STAT_ROW_HUGE, need - offset);
   if (need > old) atomic_fetch_add_explicit(&hak_huge_bytes, need - old, memory_order_relaxed);
   else atomic_fetch_sub_explicit(&hak_huge_bytes, old - need, memory_order_relaxed);
   return h->block;

@@ -150,15 +150,15 @@ extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge;
 /* ---- size classes ------------------------------------------------------- */
 
 extern const uint8_t hak_tiny_class[TINY_MAX / 8 + 1];
+extern const uint8_t hak_mid_class[SMALL_MAX / 128 + 1];
 extern const uint32_t hak_class_size[NUM_CLASSES];
 extern const uint8_t hak_class_units[NUM_CLASSES];
 
-/* Four classes per doubling above 64 bytes, exact multiples of 8 below. */
+/* Four classes per doubling above 64 bytes, exact multiples of 8 below.
+ * size must be at most SMALL_MAX. */
 hak_inline unsigned size_class(size_t size) {
   if (likely(size <= TINY_MAX)) return hak_tiny_class[(size + 7) >> 3];
-  size_t w = size - 1;
-  unsigned b = 63 - (unsigned)__builtin_clzl(w);
-  return 8 + (b - 6) * 4 + (unsigned)((w >> (b - 2)) & 3);
+  return hak_mid_class[(size + 127) >> 7];
 }
 
 /* ---- slabs and heaps ----------------------------------------------------- */
