@@ -21,7 +21,7 @@ __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_
 
 hak_lock_t hak_lock_heaps;
 static heap_t *abandoned; /* under hak_lock_heaps */
-static heap_t *all_heaps;
+static heap_t *_Atomic all_heaps; /* append-only */
 static char *meta_next, *meta_end;
 static pthread_key_t heap_key;
 
@@ -83,34 +83,47 @@ static void region_link_back(heap_t *heap, region_t *r) {
 /* A span from the heap's regions: those with free units come first, so the
  * scan stops at the first full one. */
 slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units) {
+  slab_t *s = NULL;
+  hak_lock(&heap->lock);
   for (region_t *r = heap->regions; r && r->free_units; r = r->next) {
-    slab_t *s = region_span_alloc(r, units, align_units);
+    s = region_span_alloc(r, units, align_units);
     if (s == NULL) continue;
     if (r->free_units == 0 && r->next) {
       region_unlink(heap, r);
       region_link_back(heap, r);
     }
-    return s;
+    break;
   }
-  region_t *r = region_alloc(heap);
-  if (r == NULL) return NULL;
-  region_link_front(heap, r);
-  return region_span_alloc(r, units, align_units);
+  if (s == NULL) {
+    region_t *r = region_alloc(heap);
+    if (r) {
+      region_link_front(heap, r);
+      s = region_span_alloc(r, units, align_units);
+    }
+  }
+  hak_unlock(&heap->lock);
+  return s;
+}
+
+bool heap_span_grow(heap_t *heap, slab_t *s, size_t units) {
+  hak_lock(&heap->lock);
+  bool ok = region_span_grow(region_of(s), s, units);
+  hak_unlock(&heap->lock);
+  return ok;
 }
 
 /* Gives a span back to its region; a region left empty goes to the pool
  * unless it is the heap's last. */
 static void heap_span_release(heap_t *heap, slab_t *s) {
   region_t *r = region_of(s);
+  hak_lock(&heap->lock);
   bool was_full = r->free_units == 0;
   region_span_free(r, s);
-  if (r->free_units == REGION_EMPTY && (r != heap->regions || r->next)) {
-    region_unlink(heap, r);
-    region_release(r);
-  } else if (was_full) {
-    region_unlink(heap, r);
-    region_link_front(heap, r);
-  }
+  bool empty = r->free_units == REGION_EMPTY && (r != heap->regions || r->next);
+  if (empty || was_full) region_unlink(heap, r);
+  if (was_full && !empty) region_link_front(heap, r);
+  hak_unlock(&heap->lock);
+  if (empty) region_release(r);
 }
 
 /* ---- slabs of a heap ------------------------------------------------------ */
@@ -216,7 +229,7 @@ static heap_t *heap_new(void) {
   meta_next += need;
   *h = hak_heap_empty;
   h->next_all = all_heaps;
-  all_heaps = h;
+  atomic_store_explicit(&all_heaps, h, memory_order_release);
   hak_unlock(&hak_lock_heaps);
   stat_inc(heaps_created);
   return h;
@@ -258,17 +271,40 @@ size_t heap_trim(heap_t *heap) {
     }
   }
   size_t purged = 0;
+  region_t *empty = NULL;
+  hak_lock(&heap->lock);
   for (region_t *r = heap->regions, *next; r; r = next) {
     next = r->next;
+    purged += region_purge(r);
     if (r->free_units == REGION_EMPTY) {
       region_unlink(heap, r);
-      purged += REGION_SIZE - UNIT_SIZE;
-      region_release(r);
-    } else {
-      purged += region_purge(r);
+      r->next = empty;
+      empty = r;
     }
   }
+  hak_unlock(&heap->lock);
+  while (empty) {
+    region_t *r = empty;
+    empty = r->next;
+    region_release(r);
+  }
   return purged;
+}
+
+/* The purger's round: purges the regions of every heap whose dirty units
+ * are due, skipping heaps whose owner holds the lock right now. Returns
+ * whether dirty memory remains. */
+bool heaps_purge_due(uint64_t now, uint64_t delay) {
+  bool pending = false;
+  for (heap_t *h = atomic_load_explicit(&all_heaps, memory_order_acquire); h; h = h->next_all) {
+    if (atomic_exchange_explicit(&h->lock.held, 1, memory_order_acquire)) {
+      pending = true;
+      continue;
+    }
+    for (region_t *r = h->regions; r; r = r->next) pending |= region_purge_due(r, now, delay);
+    hak_unlock(&h->lock);
+  }
+  return pending;
 }
 
 void heap_abandon(heap_t *heap) {

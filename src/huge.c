@@ -31,7 +31,7 @@ typedef struct {
 hak_lock_t hak_lock_huge;
 _Atomic size_t hak_huge_bytes;
 static cache_entry_t cache[CACHE_SLOTS]; /* under hak_lock_huge */
-static size_t cache_bytes;
+static size_t cache_bytes; /* read without the lock only by the purger */
 
 static huge_header_t *huge_header(const void *p, uint8_t kind) {
   char *chunk = (char *)region_of(p);
@@ -93,6 +93,7 @@ static void cache_put(char *base, size_t size) {
       cache[slot] = (cache_entry_t){base, size, os_now_ms()};
       cache_bytes += size;
       kept = true;
+      purge_notice_dirty();
     }
     hak_unlock(&hak_lock_huge);
   }
@@ -196,3 +197,9 @@ void *huge_realloc(void *p, size_t size) {
 }
 
 size_t huge_trim(void) { return cache_evict(true); }
+
+/* Evicts aged entries; returns whether any remain cached. */
+bool huge_cache_evict_aged(void) {
+  cache_evict(false);
+  return atomic_load_explicit((_Atomic size_t *)&cache_bytes, memory_order_relaxed) != 0;
+}

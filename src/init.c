@@ -36,11 +36,16 @@ static void fork_parent(void) {
   hak_unlock(&hak_lock_heaps);
 }
 
+static void fork_child(void) {
+  fork_parent();
+  purge_fork_child();
+}
+
 __attribute__((constructor)) static void hak_constructor(void) {
   hak_process_init();
   hak_options_init(); /* again: the environment may not have been set before */
   hak_stats_init();
-  pthread_atfork(fork_prepare, fork_parent, fork_parent);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 __attribute__((destructor)) static void hak_destructor(void) {

@@ -97,7 +97,7 @@ typedef struct region_s {
   uint64_t dirty_units;          /* free units that may still be resident */
   heap_t *heap;                  /* owner; NULL while in the global pool */
   struct region_s *next, *prev;  /* heap's list, or the pool */
-  uint64_t idle_since_ms;        /* pool: when it became empty */
+  uint64_t dirty_since_ms;       /* when dirty_units last became non-empty */
 } region_t;
 
 enum region_map_kind { MAP_NONE = 0, MAP_REGION = 1, MAP_HUGE = 2 };
@@ -128,6 +128,7 @@ slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units);
 void region_span_free(region_t *r, slab_t *s);
 bool region_span_grow(region_t *r, slab_t *s, size_t units);
 size_t region_purge(region_t *r);
+bool region_purge_due(region_t *r, uint64_t now, uint64_t delay);
 size_t region_pool_trim(bool all);
 void region_map_set(const void *p, uint8_t kind);
 
@@ -174,6 +175,7 @@ struct heap_s {
   _Atomic(slab_t *) remote_slabs;  /* slabs that received remote frees */
   slab_queue_t queue[NUM_CLASSES];
   region_t *regions;               /* owned regions, those with free units first */
+  hak_lock_t lock;                 /* regions' spans and list: owner vs. purger */
   heap_t *next_abandoned;
   heap_t *next_all;
   uint64_t slow_calls;
@@ -208,6 +210,8 @@ slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units);
 size_t heap_trim(heap_t *heap);
 void heap_abandon(heap_t *heap);
 size_t heap_trim_abandoned(void);
+bool heap_span_grow(heap_t *heap, slab_t *s, size_t units);
+bool heaps_purge_due(uint64_t now, uint64_t delay);
 void heap_process_init(void);
 void heap_fork_child(void);
 
@@ -222,6 +226,11 @@ void huge_free(void *p);
 size_t huge_usable_size(const void *p);
 void *huge_realloc(void *p, size_t size);
 size_t huge_trim(void);
+bool huge_cache_evict_aged(void);
+
+/* purge.c */
+void purge_notice_dirty(void);
+void purge_fork_child(void);
 
 /* init.c */
 void hak_process_init(void);

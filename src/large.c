@@ -41,7 +41,7 @@ void large_free(heap_t *heap, slab_t *s) {
 bool large_resize_in_place(heap_t *heap, slab_t *s, size_t size) {
   size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
   if (units <= s->units) return true;
-  if (slab_heap(s) != heap || !region_span_grow(region_of(s), s, units)) return false;
+  if (slab_heap(s) != heap || !heap_span_grow(heap, s, units)) return false;
   stat_free(STAT_ROW_LARGE, s->bsize, true);
   s->bsize = (uint32_t)(units * UNIT_SIZE);
   stat_alloc(STAT_ROW_LARGE, s->bsize);

@@ -1,16 +1,62 @@
-/* The OS layer: mmap, munmap, madvise, mremap, write. See os.h for contracts. */
+/* The OS layer: mmap, munmap, madvise, mremap, write, futex, clone. See os.h
+ * for the contracts.
+ *
+ * System calls are made directly (raw_syscall), not through the C library's
+ * wrappers: they never touch errno (malloc must leave it alone on success) nor
+ * any other thread-local state, so the background purger, which runs without
+ * a C library thread of its own, may use them too. */
 #define _GNU_SOURCE
 #include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
+
+#if defined(__x86_64__)
+#define HAVE_RAW_SYSCALL 1
+static long raw_syscall(long n, long a, long b, long c, long d, long e, long f) {
+  long ret;
+  register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return ret;
+}
+#elif defined(__aarch64__)
+#define HAVE_RAW_SYSCALL 1
+static long raw_syscall(long n, long a, long b, long c, long d, long e, long f) {
+  register long x8 __asm__("x8") = n, x0 __asm__("x0") = a, x1 __asm__("x1") = b, x2 __asm__("x2") = c,
+                x3 __asm__("x3") = d, x4 __asm__("x4") = e, x5 __asm__("x5") = f;
+  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+  return x0;
+}
+#else
+#define HAVE_RAW_SYSCALL 0
+static long raw_syscall(long n, long a, long b, long c, long d, long e, long f) {
+  int saved = errno;
+  long ret = syscall(n, a, b, c, d, e, f);
+  if (ret == -1) ret = -errno;
+  errno = saved;
+  return ret;
+}
+#endif
+#define SYS(n, a, b, c, d, e, f) raw_syscall(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+/* A raw result in [-4095, -1] is an error number. */
+static bool failed(long ret) { return (unsigned long)ret > -4096UL; }
+
+static void *raw_mmap(size_t size) {
+  long p = SYS(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return failed(p) ? NULL : (void *)p;
+}
 
 static size_t page_size_cached;
 
@@ -25,46 +71,79 @@ size_t os_page_size(void) {
 void *os_map_aligned(size_t size, size_t align) {
   /* Try the exact size first: the kernel often hands out neighbouring,
    * already aligned addresses. Otherwise over-map and trim both ends. */
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return NULL;
+  char *p = raw_mmap(size);
+  if (p == NULL) return NULL;
   if (((uintptr_t)p & (align - 1)) == 0) return p;
-  munmap(p, size);
+  os_unmap(p, size);
   size_t over = size + align;
   if (over < size) return NULL;
-  char *q = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (q == MAP_FAILED) return NULL;
+  char *q = raw_mmap(over);
+  if (q == NULL) return NULL;
   char *aligned = (char *)(((uintptr_t)q + align - 1) & ~(uintptr_t)(align - 1));
-  if (aligned > q) munmap(q, (size_t)(aligned - q));
+  if (aligned > q) os_unmap(q, (size_t)(aligned - q));
   size_t tail = (size_t)(q + over - (aligned + size));
-  if (tail) munmap(aligned + size, tail);
+  if (tail) os_unmap(aligned + size, tail);
   return aligned;
 }
 
 void os_unmap(void *p, size_t size) {
-  if (size) munmap(p, size);
+  if (size) SYS(SYS_munmap, p, size, 0, 0, 0, 0);
 }
 
 size_t os_purge(void *p, size_t size) {
   if (size == 0) return 0;
-  return madvise(p, size, MADV_DONTNEED) == 0 ? size : 0;
+  return failed(SYS(SYS_madvise, p, size, MADV_DONTNEED, 0, 0, 0)) ? 0 : size;
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at) {
-  void *q = fixed_at ? mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fixed_at)
-                     : mremap(p, old_size, new_size, 0);
-  return q == MAP_FAILED ? NULL : q;
+  long q = fixed_at ? SYS(SYS_mremap, p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fixed_at, 0)
+                    : SYS(SYS_mremap, p, old_size, new_size, 0, 0, 0);
+  return failed(q) ? NULL : (void *)q;
 }
 
 void os_write_fd(int fd, const char *s, size_t len) {
-  int saved = errno;
   while (len > 0) {
-    ssize_t n = write(fd, s, len);
-    if (n < 0 && errno == EINTR) continue;
+    long n = SYS(SYS_write, fd, s, len, 0, 0, 0);
+    if (n == -EINTR) continue;
     if (n <= 0) break;
     s += n;
     len -= (size_t)n;
   }
+}
+
+void os_sleep_ms(unsigned ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  SYS(SYS_nanosleep, &ts, 0, 0, 0, 0, 0);
+}
+
+void os_futex_wait(_Atomic uint32_t *word, uint32_t expected, unsigned timeout_ms) {
+  struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+  SYS(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &ts, 0, 0);
+}
+
+void os_futex_wake(_Atomic uint32_t *word) { SYS(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0); }
+
+/* The background thread is a bare clone: no C library thread, no TLS of its
+ * own, every signal blocked (so no handler of the program ever runs on it),
+ * and nothing allocated but its stack. fn may use only os_ functions. */
+bool os_spawn_background(int (*fn)(void *), void *arg) {
+  if (!HAVE_RAW_SYSCALL) return false;
+  size_t stack_size = 64 * 1024;
+  char *stack = raw_mmap(stack_size);
+  if (stack == NULL) return false;
+  sigset_t all, old;
+  sigfillset(&all);
+  SYS(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof(long), 0, 0);
+  int saved = errno;
+  int tid = clone(fn, stack + stack_size,
+                  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, arg);
   errno = saved;
+  SYS(SYS_rt_sigprocmask, SIG_SETMASK, &old, 0, sizeof(long), 0, 0);
+  if (tid <= 0) {
+    os_unmap(stack, stack_size);
+    return false;
+  }
+  return true;
 }
 
 void os_write_stderr(const char *s, size_t len) { os_write_fd(2, s, len); }
@@ -76,20 +155,18 @@ uint64_t os_now_ms(void) {
 }
 
 size_t os_resident_bytes(void) {
-  int saved = errno;
-  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  long fd = SYS(SYS_openat, AT_FDCWD, "/proc/self/statm", O_RDONLY | O_CLOEXEC, 0, 0, 0);
   size_t pages = 0;
   if (fd >= 0) {
     char buf[128];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    long n = SYS(SYS_read, fd, buf, sizeof buf - 1, 0, 0, 0);
+    SYS(SYS_close, fd, 0, 0, 0, 0, 0);
     int field = 0;
-    for (ssize_t i = 0; i < n && field < 2; i++) {
+    for (long i = 0; i < n && field < 2; i++) {
       if (buf[i] == ' ') field++;
       else if (field == 1 && buf[i] >= '0' && buf[i] <= '9') pages = pages * 10 + (size_t)(buf[i] - '0');
     }
   }
-  errno = saved;
   return pages * os_page_size();
 }
 
@@ -104,9 +181,9 @@ const char *os_getenv(const char *name) {
   return NULL;
 }
 
-long os_thread_id(void) { return syscall(SYS_gettid); }
+long os_thread_id(void) { return SYS(SYS_gettid, 0, 0, 0, 0, 0, 0); }
 
-void os_yield(void) { sched_yield(); }
+void os_yield(void) { SYS(SYS_sched_yield, 0, 0, 0, 0, 0, 0); }
 
 void os_out_flush(os_out_t *o) {
   os_write_fd(o->fd, o->buf, o->len);

@@ -3,6 +3,7 @@
 #ifndef HAKMEM_OS_H
 #define HAKMEM_OS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,13 @@ const char *os_getenv(const char *name);
 /* Current thread's id, for messages. */
 long os_thread_id(void);
 void os_yield(void);
+void os_sleep_ms(unsigned ms);
+/* Sleeps while *word == expected, at most timeout_ms; wakes one sleeper. */
+void os_futex_wait(_Atomic uint32_t *word, uint32_t expected, unsigned timeout_ms);
+void os_futex_wake(_Atomic uint32_t *word);
+/* Starts fn(arg) on a bare thread that shares the address space; see os.c
+ * for what fn may do. Returns false when it cannot (or on an unknown CPU). */
+bool os_spawn_background(int (*fn)(void *), void *arg);
 
 /* A small formatting buffer on the stack, for messages and stats. */
 typedef struct {

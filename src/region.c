@@ -164,5 +164,24 @@ void region_span_free(region_t *r, slab_t *s) {
   uint64_t bits = span_bits(first, units);
   atomic_fetch_sub_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
   r->free_units |= bits;
-  r->dirty_units |= bits;
+  long delay = hak_option(OPT_PURGE_DELAY_MS);
+  if (delay == 0) {
+    os_purge(slab_start(s), units * UNIT_SIZE);
+    stat_add(bytes_purged, units * UNIT_SIZE);
+  } else {
+    if (r->dirty_units == 0 && delay > 0) {
+      r->dirty_since_ms = os_now_ms();
+      purge_notice_dirty();
+    }
+    r->dirty_units |= bits;
+  }
+}
+
+/* Purges r's dirty units if they have been dirty for delay ms; returns
+ * whether dirty units remain. Called with the owning heap's lock held. */
+bool region_purge_due(region_t *r, uint64_t now, uint64_t delay) {
+  if (r->dirty_units == 0) return false;
+  if (now - r->dirty_since_ms < delay) return true;
+  region_purge(r);
+  return false;
 }

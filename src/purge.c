@@ -1,0 +1,58 @@
+/* Time-decayed purging. Free units of a region stay resident for
+ * HAKMEM_PURGE_DELAY_MS so that a program that frees and allocates again
+ * does not pay for page faults; then they go back to the OS with madvise.
+ * The purging is done by a background thread, so that memory is returned
+ * even when the program makes no further calls. It starts the first time
+ * memory becomes dirty, takes each heap's lock only with a try (an owner
+ * busy with its regions is simply visited next round), and sleeps on a futex
+ * while there is nothing to purge. */
+#include "internal.h"
+#include "options.h"
+
+#define PURGE_TICK_MS 50
+#define PURGE_IDLE_MS 10000
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define PURGE_BACKGROUND 0 /* a thread the sanitizer runtime does not know */
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define PURGE_BACKGROUND 0
+#endif
+#endif
+#ifndef PURGE_BACKGROUND
+#define PURGE_BACKGROUND 1
+#endif
+
+static _Atomic int purger_started;
+static _Atomic uint32_t purge_signal; /* 1: there may be something to purge */
+
+static int purger_main(void *arg) {
+  for (;;) {
+    long delay = hak_option(OPT_PURGE_DELAY_MS);
+    uint64_t now = os_now_ms();
+    atomic_store_explicit(&purge_signal, 0, memory_order_seq_cst);
+    bool pending = heaps_purge_due(now, (uint64_t)delay);
+    pending |= huge_cache_evict_aged();
+    if (pending) os_sleep_ms(PURGE_TICK_MS);
+    else os_futex_wait(&purge_signal, 0, PURGE_IDLE_MS);
+  }
+  return 0;
+}
+
+void purge_notice_dirty(void) {
+  if (!PURGE_BACKGROUND || hak_option(OPT_PURGE_DELAY_MS) < 0) return;
+  if (atomic_load_explicit(&purger_started, memory_order_relaxed) == 0) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&purger_started, &expected, 1) && !os_spawn_background(purger_main, NULL))
+      atomic_store(&purger_started, 0);
+  }
+  if (atomic_load_explicit(&purge_signal, memory_order_relaxed) == 0 &&
+      atomic_exchange_explicit(&purge_signal, 1, memory_order_seq_cst) == 0)
+    os_futex_wake(&purge_signal);
+}
+
+/* A forked child has no purger thread; the next dirty memory starts one. */
+void purge_fork_child(void) {
+  atomic_store(&purger_started, 0);
+  atomic_store(&purge_signal, 0);
+}
