@@ -26,7 +26,7 @@ static hak_noinline void *alloc_slow(heap_t *heap, size_t size, size_t align, bo
   } else if (size <= LARGE_MAX && align <= REGION_SIZE / 2) {
     p = large_alloc(heap, size, align, zero);
   }
-  if (p == NULL && size > SMALL_MAX) p = huge_alloc(size, align, zero);
+  if (p == NULL && (size > SMALL_MAX || align > MIN_ALIGN)) p = huge_alloc(size, align, zero);
   if (p == NULL) errno = ENOMEM;
   return p;
 }
@@ -60,8 +60,8 @@ static hak_noinline void free_slow(heap_t *heap, void *p) {
     huge_free(p);
     return;
   }
-  slab_t *s = slab_of(p);
-  if (kind != MAP_REGION || !slab_is_block(s, p)) {
+  slab_t *s = kind == MAP_REGION ? slab_of(p) : NULL; /* read nothing of a foreign pointer */
+  if (s == NULL || !slab_is_block(s, p)) {
     hak_report_bad_pointer("free", p);
     return;
   }

@@ -25,6 +25,7 @@ void hak_process_init(void) {
 
 /* A child forked from a multi-threaded parent must find no lock held. */
 static void fork_prepare(void) {
+  hak_lock(&hak_lock_purge);
   hak_lock(&hak_lock_heaps);
   hak_lock(&hak_lock_regions);
   hak_lock(&hak_lock_huge);
@@ -34,6 +35,7 @@ static void fork_parent(void) {
   hak_unlock(&hak_lock_huge);
   hak_unlock(&hak_lock_regions);
   hak_unlock(&hak_lock_heaps);
+  hak_unlock(&hak_lock_purge);
 }
 
 static void fork_child(void) {

@@ -45,7 +45,7 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define SMALL_MAX 32768       /* Tiny (<= 1 KiB) and Mid (<= 32 KiB) classes */
 #define TINY_MAX 1024
 #define LARGE_MAX (REGION_SIZE / 4) /* spans of units; above this, Huge mappings */
-#define NUM_CLASSES 44
+#define NUM_CLASSES 41
 #define MIN_ALIGN 16 /* what malloc guarantees for blocks of 16 bytes and more */
 
 /* ---- blocks, slabs ----------------------------------------------------- */
@@ -146,7 +146,7 @@ hak_inline void hak_lock(hak_lock_t *l) {
 hak_inline void hak_unlock(hak_lock_t *l) { atomic_store_explicit(&l->held, 0, memory_order_release); }
 extern _Atomic size_t hak_span_bytes; /* bytes in spans handed to slabs and large blocks */
 extern _Atomic size_t hak_huge_bytes;
-extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge;
+extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge, hak_lock_purge;
 
 /* ---- size classes ------------------------------------------------------- */
 
@@ -155,8 +155,7 @@ extern const uint8_t hak_mid_class[SMALL_MAX / 128 + 1];
 extern const uint32_t hak_class_size[NUM_CLASSES];
 extern const uint8_t hak_class_units[NUM_CLASSES];
 
-/* Four classes per doubling above 64 bytes, exact multiples of 8 below.
- * size must be at most SMALL_MAX. */
+/* The class of a size of at most SMALL_MAX (see size_class.c). */
 hak_inline unsigned size_class(size_t size) {
   if (likely(size <= TINY_MAX)) return hak_tiny_class[(size + 7) >> 3];
   return hak_mid_class[(size + 127) >> 7];

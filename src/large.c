@@ -8,6 +8,13 @@
 #include "internal.h"
 #include "stats.h"
 
+/* A large block's usable size is its size rounded to pages: the span's
+ * remaining pages are never touched, so they cost address space only. */
+static size_t page_round(size_t size) {
+  size_t page = os_page_size();
+  return (size + page - 1) & ~(page - 1);
+}
+
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
   size_t align_units = align > UNIT_SIZE ? align >> UNIT_SHIFT : 1;
@@ -17,7 +24,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   if (s == NULL) return NULL;
   s->kind = SLAB_LARGE;
   s->cls = 0;
-  s->bsize = (uint32_t)(units * UNIT_SIZE);
+  s->bsize = (uint32_t)page_round(size);
   s->capacity = 1;
   s->used = 1;
   s->free = s->local_free = NULL;
@@ -40,10 +47,9 @@ void large_free(heap_t *heap, slab_t *s) {
 /* Grows the owner's large block in place when the units after it are free. */
 bool large_resize_in_place(heap_t *heap, slab_t *s, size_t size) {
   size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
-  if (units <= s->units) return true;
-  if (slab_heap(s) != heap || !heap_span_grow(heap, s, units)) return false;
+  if (slab_heap(s) != heap || (units > s->units && !heap_span_grow(heap, s, units))) return false;
   stat_free(STAT_ROW_LARGE, s->bsize, true);
-  s->bsize = (uint32_t)(units * UNIT_SIZE);
+  s->bsize = (uint32_t)page_round(size);
   stat_alloc(STAT_ROW_LARGE, s->bsize);
   return true;
 }

@@ -53,8 +53,28 @@ static long raw_syscall(long n, long a, long b, long c, long d, long e, long f) 
 /* A raw result in [-4095, -1] is an error number. */
 static bool failed(long ret) { return (unsigned long)ret > -4096UL; }
 
+#if HAK_UNDER_SANITIZER
+/* Mapping changes through the wrappers, which the sanitizer intercepts. */
+#define MAP_CALL(n, a, b, c, d, e, f) sanitized_call(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+static long sanitized_call(long n, long a, long b, long c, long d, long e, long f) {
+  int saved = errno;
+  long ret;
+  switch (n) {
+  case SYS_mmap: ret = (long)mmap((void *)a, (size_t)b, (int)c, (int)d, (int)e, (off_t)f); break;
+  case SYS_munmap: ret = munmap((void *)a, (size_t)b); break;
+  case SYS_madvise: ret = madvise((void *)a, (size_t)b, (int)c); break;
+  default: ret = (long)mremap((void *)a, (size_t)b, (size_t)c, (int)d, (void *)e); break;
+  }
+  if (ret == -1) ret = -errno;
+  errno = saved;
+  return ret;
+}
+#else
+#define MAP_CALL SYS
+#endif
+
 static void *raw_mmap(size_t size) {
-  long p = SYS(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  long p = MAP_CALL(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return failed(p) ? NULL : (void *)p;
 }
 
@@ -87,12 +107,12 @@ void *os_map_aligned(size_t size, size_t align) {
 }
 
 void os_unmap(void *p, size_t size) {
-  if (size) SYS(SYS_munmap, p, size, 0, 0, 0, 0);
+  if (size) MAP_CALL(SYS_munmap, p, size, 0, 0, 0, 0);
 }
 
 size_t os_purge(void *p, size_t size) {
   if (size == 0) return 0;
-  return failed(SYS(SYS_madvise, p, size, MADV_DONTNEED, 0, 0, 0)) ? 0 : size;
+  return failed(MAP_CALL(SYS_madvise, p, size, MADV_DONTNEED, 0, 0, 0)) ? 0 : size;
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at) {

@@ -3,6 +3,19 @@
 #ifndef HAKMEM_OS_H
 #define HAKMEM_OS_H
 
+/* Sanitizers that track memory want to see every mapping change through the
+ * C library's wrappers, and know nothing of threads made without it. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define HAK_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define HAK_UNDER_SANITIZER 1
+#endif
+#endif
+#ifndef HAK_UNDER_SANITIZER
+#define HAK_UNDER_SANITIZER 0
+#endif
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>

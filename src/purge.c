@@ -12,18 +12,10 @@
 #define PURGE_TICK_MS 50
 #define PURGE_IDLE_MS 10000
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define PURGE_BACKGROUND 0 /* a thread the sanitizer runtime does not know */
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define PURGE_BACKGROUND 0
-#endif
-#endif
-#ifndef PURGE_BACKGROUND
-#define PURGE_BACKGROUND 1
-#endif
+#define PURGE_BACKGROUND (!HAK_UNDER_SANITIZER)
 
 static _Atomic int purger_started;
+hak_lock_t hak_lock_purge; /* held for a round, so fork never splits one */
 static _Atomic uint32_t purge_signal; /* 1: there may be something to purge */
 
 static int purger_main(void *arg) {
@@ -31,8 +23,10 @@ static int purger_main(void *arg) {
     long delay = hak_option(OPT_PURGE_DELAY_MS);
     uint64_t now = os_now_ms();
     atomic_store_explicit(&purge_signal, 0, memory_order_seq_cst);
+    hak_lock(&hak_lock_purge);
     bool pending = heaps_purge_due(now, (uint64_t)delay);
     pending |= huge_cache_evict_aged();
+    hak_unlock(&hak_lock_purge);
     if (pending) os_sleep_ms(PURGE_TICK_MS);
     else os_futex_wait(&purge_signal, 0, PURGE_IDLE_MS);
   }

@@ -18,8 +18,9 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   s->kind = SLAB_SMALL;
   s->queued = 0;
   s->capacity = (uint32_t)(bytes / bsize);
-  s->bump = slab_start(s);
-  s->end = s->bump + (size_t)s->capacity * bsize;
+  char *start = slab_start(s);
+  s->end = start + (size_t)s->capacity * bsize;
+  __atomic_store_n(&s->bump, start, __ATOMIC_RELAXED); /* remote frees read it to validate */
   s->next = s->prev = s->remote_next = NULL;
   atomic_store_explicit(&s->owner, (uintptr_t)heap | (hak_stats_enabled ? SLAB_F_SLOW : 0), memory_order_release);
 }
@@ -39,7 +40,7 @@ bool slab_refill(slab_t *s) {
     for (char *q = b; q < last; q += bsize) ((block_t *)q)->next = (block_t *)(q + bsize);
     ((block_t *)last)->next = NULL;
     s->free = (block_t *)b;
-    s->bump = last + bsize;
+    __atomic_store_n(&s->bump, last + bsize, __ATOMIC_RELAXED);
     stat_refill(s->cls);
     return true;
   }
@@ -52,7 +53,7 @@ void slab_free_remote(slab_t *s, block_t *b) {
   block_t *head = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
     b->next = head;
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_release,
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_acq_rel,
                                                   memory_order_relaxed));
   if (head != NULL) return;
   heap_t *heap = slab_heap(s);
@@ -66,7 +67,9 @@ void slab_free_remote(slab_t *s, block_t *b) {
 /* Owner only, and only for a slab taken off the heap's remote stack: moves
  * the remote list to local_free. Returns the number of blocks moved. */
 size_t slab_collect_remote(slab_t *s) {
-  block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acquire);
+  /* acq_rel: the caller's read of remote_next must happen before a pusher
+   * that sees the emptied list links s onto the heap's stack again. */
+  block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acq_rel);
   if (list == NULL) return 0;
   size_t n = 1;
   block_t *tail = list;
@@ -85,5 +88,5 @@ bool slab_is_block(const slab_t *s, const void *p) {
   if ((const char *)p < start) return false;
   size_t off = (size_t)((const char *)p - start);
   if (s->kind == SLAB_LARGE) return off == 0;
-  return off % s->bsize == 0 && (const char *)p < s->bump;
+  return off % s->bsize == 0 && (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
 }

@@ -1,0 +1,634 @@
+/* API conformance for hakmem, with glibc semantics.
+ *
+ * Built twice: with -DUSE_HAK_API it calls the hak_ names (linked against
+ * hakmem_api, the standard names stay glibc's); without it, it calls the
+ * standard names, linked against libhakmem.so, which must override them.
+ * Compile with -fno-builtin: the compiler must not fold malloc(SIZE_MAX) to
+ * NULL or elide malloc/free pairs.
+ */
+#include "testutil.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#ifndef USE_HAK_API
+/* C23 names: glibc 2.36 does not declare them; libhakmem may export them. */
+extern void free_sized(void *p, size_t size) __attribute__((weak));
+extern void free_aligned_sized(void *p, size_t alignment, size_t size) __attribute__((weak));
+#endif
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+
+/* Sizes across all pools: tiny, mid, large, huge. */
+static const size_t pool_sizes[] = {16, 100, 1000, 4000, 20000, 100000, 3 * MiB, 40 * MiB};
+#define NPOOL (sizeof pool_sizes / sizeof pool_sizes[0])
+
+static volatile size_t v_size_max = SIZE_MAX;
+static volatile size_t v_ptrdiff_max1 = (size_t)PTRDIFF_MAX + 1;
+
+static size_t pagesz;
+
+static bool all_zero(const void *p, size_t n)
+{
+  const unsigned char *b = p;
+  size_t i = 0;
+  for (; i < n && ((uintptr_t)(b + i) & 7); i++) if (b[i]) return false;
+  const uint64_t *w = (const uint64_t *)(const void *)(b + i);
+  size_t nw = (n - i) / 8;
+  uint64_t acc = 0;
+  for (size_t k = 0; k < nw; k++) acc |= w[k];
+  if (acc) return false;
+  for (i += nw * 8; i < n; i++) if (b[i]) return false;
+  return true;
+}
+
+static void check_pattern(void *p, size_t n, uint64_t id, int line)
+{
+  size_t bad = tu_verify(p, 0, n, id);
+  if (bad != (size_t)-1) tu_fail(__FILE__, line, "pattern intact", "block %p size %zu: byte %zu differs", p, n, bad);
+}
+
+/* ---- malloc / free basics ---- */
+
+static void test_malloc_basic(void)
+{
+  /* malloc(0): a unique, freeable pointer. */
+  void *a = tu_launder(A(malloc)(0)), *b = tu_launder(A(malloc)(0));
+  CHECK(a != NULL && b != NULL);
+  CHECK(a != b);
+  A(free)(a);
+  A(free)(b);
+
+  errno = 0;
+  CHECK(tu_launder(A(malloc)(v_size_max)) == NULL);
+  CHECK(errno == ENOMEM);
+  errno = 0;
+  CHECK(tu_launder(A(malloc)(v_ptrdiff_max1)) == NULL);
+  CHECK(errno == ENOMEM);
+  errno = 0;
+  CHECK(tu_launder(A(malloc)(v_size_max - 4096)) == NULL);
+  CHECK(errno == ENOMEM);
+
+  A(free)(NULL); /* no-op */
+
+  /* Every size 1..2048 and a sweep of larger sizes: aligned to 16 (or to the
+   * largest power of two dividing the size for tiny sizes), usable >= size,
+   * writable, distinct. */
+  for (size_t n = 1; n <= 70000; n = n < 2048 ? n + 1 : n + n / 7) {
+    void *p = tu_launder(A(malloc)(n));
+    CHECKF(p != NULL, "malloc(%zu)", n);
+    size_t align = n >= 16 ? 16 : (n >= 8 ? 8 : 1); /* max_align_t for sizes that can hold it */
+    CHECKF(((uintptr_t)p & (align - 1)) == 0, "malloc(%zu) = %p misaligned", n, p);
+    size_t us = A(malloc_usable_size)(p);
+    CHECKF(us >= n, "usable %zu < %zu", us, n);
+    tu_fill(p, 0, us, n);
+    check_pattern(p, us, n, __LINE__);
+    A(free)(p);
+  }
+  CHECK(A(malloc_usable_size)(NULL) == 0);
+}
+
+/* ---- calloc ---- */
+
+static void test_calloc(void)
+{
+  errno = 0;
+  CHECK(tu_launder(A(calloc)(v_size_max / 2, 3)) == NULL);
+  CHECK(errno == ENOMEM);
+  errno = 0;
+  CHECK(tu_launder(A(calloc)(v_size_max >> 31, (size_t)1 << 31)) == NULL);
+  CHECK(errno == ENOMEM);
+  errno = 0;
+  CHECK(tu_launder(A(calloc)(v_ptrdiff_max1, 1)) == NULL);
+  CHECK(errno == ENOMEM);
+  void *z = tu_launder(A(calloc)(0, 100));
+  CHECK(z != NULL);
+  A(free)(z);
+  z = tu_launder(A(calloc)(100, 0));
+  CHECK(z != NULL);
+  A(free)(z);
+
+  /* Zeros, also on recycled memory. */
+  for (size_t k = 0; k < NPOOL; k++) {
+    size_t s = pool_sizes[k];
+    int rounds = s >= MiB ? 12 : (s >= 20000 ? 60 : 300);
+    for (int r = 0; r < rounds; r++) {
+      void *p = tu_launder(A(malloc)(s));
+      CHECK(p != NULL);
+      memset(p, 0xAA, A(malloc_usable_size)(p));
+      A(free)(p);
+      size_t n = (r & 1) ? (s + 7) / 8 : s, m = (r & 1) ? 8 : 1;
+      void *q = tu_launder(A(calloc)(n, m));
+      CHECKF(q != NULL, "calloc(%zu, %zu)", n, m);
+      CHECKF(all_zero(q, s), "calloc(%zu, %zu) round %d: not zeroed (recycled memory)", n, m, r);
+      CHECK(A(malloc_usable_size)(q) >= s);
+      /* Dirty the whole usable size too: the next round may reuse it. */
+      memset(q, 0xAA, A(malloc_usable_size)(q));
+      A(free)(q);
+    }
+    /* Many dirty blocks freed together, then calloc'ed back. */
+    enum { N = 32 };
+    void *v[N];
+    int nb = s >= MiB ? 4 : N;
+    for (int i = 0; i < nb; i++) {
+      v[i] = tu_launder(A(malloc)(s));
+      CHECK(v[i] != NULL);
+      memset(v[i], 0xAA, s);
+    }
+    for (int i = 0; i < nb; i++) A(free)(v[i]);
+    for (int i = 0; i < nb; i++) {
+      v[i] = tu_launder(A(calloc)(1, s));
+      CHECK(v[i] != NULL);
+      CHECKF(all_zero(v[i], s), "calloc(1, %zu) #%d not zeroed", s, i);
+      memset(v[i], 0xAA, s);
+    }
+    for (int i = 0; i < nb; i++) A(free)(v[i]);
+  }
+}
+
+/* ---- reallocarray ---- */
+
+static void test_reallocarray(void)
+{
+  unsigned char *p = tu_launder(A(malloc)(64));
+  CHECK(p != NULL);
+  tu_fill(p, 0, 64, 77);
+  errno = 0;
+  void *volatile pv = p; /* hides p from -Wuse-after-free: a failed call keeps it */
+  CHECK(tu_launder(A(reallocarray)(pv, v_size_max / 2, 3)) == NULL);
+  CHECK(errno == ENOMEM);
+  check_pattern(p, 64, 77, __LINE__);
+  unsigned char *q = tu_launder(A(reallocarray)(p, 100, 50));
+  CHECK(q != NULL);
+  check_pattern(q, 64, 77, __LINE__);
+  CHECK(A(malloc_usable_size)(q) >= 5000);
+  A(free)(q);
+  q = tu_launder(A(reallocarray)(NULL, 10, 10));
+  CHECK(q != NULL);
+  A(free)(q);
+}
+
+/* ---- aligned allocation ---- */
+
+static size_t bound_for(size_t size, size_t align)
+{
+  /* At most one alignment's worth of waste on top of size-class rounding
+   * (about four classes per doubling: <= 25 %), page rounding for big blocks. */
+  size_t base = (size + 15) / 16 * 16 + align;
+  size_t b = base + base / 4 + 16;
+  if (base > 32 * KiB) b = (b + pagesz - 1) / pagesz * pagesz;
+  return b;
+}
+
+static void check_aligned_block(const char *fn, void *p, size_t align, size_t size)
+{
+  CHECKF(p != NULL, "%s(%zu, %zu)", fn, align, size);
+  CHECKF(((uintptr_t)p & (align - 1)) == 0, "%s(%zu, %zu) = %p misaligned", fn, align, size, p);
+  size_t us = A(malloc_usable_size)(p);
+  CHECKF(us >= size, "%s(%zu, %zu): usable %zu < size", fn, align, size, us);
+  CHECKF(us <= bound_for(size, align), "%s(%zu, %zu): usable %zu > bound %zu (wasteful)", fn, align, size, us,
+         bound_for(size, align));
+  CHECK(hak_owns(p));
+  uint64_t id = align * 31 + size;
+  tu_fill(p, 0, size, id);
+  check_pattern(p, size, id, __LINE__);
+}
+
+static void test_aligned(void)
+{
+  /* Bad alignments. */
+  const size_t bad_pm[] = {0, 3, 24, sizeof(void *) / 2, 12, 48, (size_t)1 << 63 | 8};
+  for (size_t i = 0; i < sizeof bad_pm / sizeof bad_pm[0]; i++) {
+    void *out = (void *)0x1234;
+    int r = A(posix_memalign)(&out, bad_pm[i], 64);
+    CHECKF(r == EINVAL, "posix_memalign(align=%zu) returned %d", bad_pm[i], r);
+  }
+  const size_t bad_aa[] = {3, 0, 24, 12};
+  for (size_t i = 0; i < sizeof bad_aa / sizeof bad_aa[0]; i++) {
+    errno = 0;
+    void *p = tu_launder(A(aligned_alloc)(bad_aa[i], 64));
+    CHECKF(p == NULL && errno == EINVAL, "aligned_alloc(%zu, 64) = %p errno %d", bad_aa[i], p, errno);
+  }
+  /* posix_memalign with a huge size: ENOMEM, returned not set in errno. */
+  {
+    void *out = NULL;
+    int r = A(posix_memalign)(&out, 64, v_size_max - 4096);
+    CHECKF(r == ENOMEM, "posix_memalign(64, SIZE_MAX-4096) returned %d", r);
+    errno = 0;
+    CHECK(tu_launder(A(aligned_alloc)(4096, v_size_max - 100)) == NULL);
+    CHECK(errno == ENOMEM);
+  }
+
+  for (size_t align = 8; align <= 4 * MiB; align *= 2) {
+    const size_t sizes[] = {1, align - 1, align, align + 1, 3 * align, 100000};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      size_t size = sizes[k];
+      if (size == 0) continue;
+      void *p = NULL;
+      int r = A(posix_memalign)(&p, align, size);
+      CHECKF(r == 0, "posix_memalign(%zu, %zu) returned %d", align, size, r);
+      check_aligned_block("posix_memalign", p, align, size);
+      void *q = tu_launder(A(aligned_alloc)(align, size));
+      check_aligned_block("aligned_alloc", q, align, size);
+      void *m = tu_launder(A(memalign)(align, size));
+      check_aligned_block("memalign", m, align, size);
+      check_pattern(p, size, align * 31 + size, __LINE__);
+      A(free)(p);
+      A(free)(m);
+      /* realloc keeps the content of an aligned block. */
+      void *g = tu_launder(A(realloc)(q, size * 2 + 100));
+      CHECK(g != NULL);
+      check_pattern(g, size, align * 31 + size, __LINE__);
+      A(free)(g);
+    }
+    /* Several live at once, to catch overlap. */
+    enum { N = 16 };
+    void *v[N];
+    size_t sz = align < 64 * KiB ? 3 * align / 2 : 1000;
+    for (int i = 0; i < N; i++) {
+      CHECK(A(posix_memalign)(&v[i], align, sz) == 0);
+      CHECK(((uintptr_t)v[i] & (align - 1)) == 0);
+      tu_fill(v[i], 0, sz, (uint64_t)i * 1000 + align);
+    }
+    for (int i = 0; i < N; i++) check_pattern(v[i], sz, (uint64_t)i * 1000 + align, __LINE__);
+    for (int i = 0; i < N; i++) A(free)(v[i]);
+  }
+
+  /* valloc / pvalloc. */
+  const size_t vs[] = {1, 100, 4095, 4096, 4097, 70000, 3 * MiB};
+  for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+    void *p = tu_launder(A(valloc)(vs[i]));
+    CHECK(p != NULL);
+    CHECKF(((uintptr_t)p & (pagesz - 1)) == 0, "valloc(%zu) = %p", vs[i], p);
+    CHECK(A(malloc_usable_size)(p) >= vs[i]);
+    memset(p, 0x11, vs[i]);
+    A(free)(p);
+    void *q = tu_launder(A(pvalloc)(vs[i]));
+    CHECK(q != NULL);
+    CHECKF(((uintptr_t)q & (pagesz - 1)) == 0, "pvalloc(%zu) = %p", vs[i], q);
+    size_t rounded = (vs[i] + pagesz - 1) / pagesz * pagesz;
+    CHECKF(A(malloc_usable_size)(q) >= rounded, "pvalloc(%zu): usable %zu < %zu", vs[i],
+           A(malloc_usable_size)(q), rounded);
+    memset(q, 0x22, rounded);
+    A(free)(q);
+  }
+  void *q = tu_launder(A(pvalloc)(0));
+  CHECK(q != NULL);
+  A(free)(q);
+}
+
+/* ---- realloc ---- */
+
+static void test_realloc(void)
+{
+  /* realloc(NULL, n) acts as malloc. */
+  void *p = tu_launder(A(realloc)(NULL, 100));
+  CHECK(p != NULL);
+  CHECK(A(malloc_usable_size)(p) >= 100);
+  A(free)(p);
+  /* realloc(p, 0): frees; NULL (glibc) or a unique pointer. */
+  p = tu_launder(A(malloc)(100));
+  void *z = tu_launder(A(realloc)(p, 0));
+  if (z != NULL) A(free)(z);
+  /* Overflowing size: NULL, ENOMEM, original untouched. */
+  p = tu_launder(A(malloc)(100));
+  tu_fill(p, 0, 100, 5);
+  void *volatile pv = p; /* hides p from -Wuse-after-free: a failed call keeps it */
+  errno = 0;
+  CHECK(tu_launder(A(realloc)(pv, v_size_max)) == NULL);
+  CHECK(errno == ENOMEM);
+  errno = 0;
+  CHECK(tu_launder(A(realloc)(pv, v_ptrdiff_max1)) == NULL);
+  CHECK(errno == ENOMEM);
+  check_pattern(p, 100, 5, __LINE__);
+  A(free)(p);
+
+  /* Grow 1 B -> 8 MiB across every class boundary, then shrink back. */
+  const uint64_t id = 0xC0FFEE;
+  size_t size = 1;
+  unsigned char *b = tu_launder(A(malloc)(size));
+  CHECK(b != NULL);
+  tu_fill(b, 0, size, id);
+  int steps = 0;
+  while (size < 8 * MiB) {
+    size_t ns = size + size / 10 + 1;
+    if (ns > 8 * MiB) ns = 8 * MiB;
+    unsigned char *nb = tu_launder(A(realloc)(b, ns));
+    CHECKF(nb != NULL, "realloc(%zu -> %zu)", size, ns);
+    size_t bad = tu_verify(nb, 0, size, id);
+    CHECKF(bad == (size_t)-1, "grow %zu -> %zu: byte %zu lost", size, ns, bad);
+    CHECK(A(malloc_usable_size)(nb) >= ns);
+    tu_fill(nb, size, ns, id);
+    b = nb;
+    size = ns;
+    steps++;
+  }
+  while (size > 1) {
+    size_t ns = size - size / 11 - 1;
+    if (ns < 1) ns = 1;
+    unsigned char *nb = tu_launder(A(realloc)(b, ns));
+    CHECKF(nb != NULL, "realloc(%zu -> %zu)", size, ns);
+    size_t bad = tu_verify(nb, 0, ns, id);
+    CHECKF(bad == (size_t)-1, "shrink %zu -> %zu: byte %zu lost", size, ns, bad);
+    CHECK(A(malloc_usable_size)(nb) >= ns);
+    b = nb;
+    size = ns;
+    steps++;
+  }
+  A(free)(b);
+
+  /* Between every pair of pool sizes, both ways, with other blocks around. */
+  for (size_t i = 0; i < NPOOL; i++)
+    for (size_t j = 0; j < NPOOL; j++) {
+      size_t a = pool_sizes[i], c = pool_sizes[j];
+      if (a > 3 * MiB && c > 3 * MiB) continue;
+      void *x = tu_launder(A(malloc)(a));
+      CHECK(x != NULL);
+      tu_fill(x, 0, a, a ^ c);
+      void *y = tu_launder(A(realloc)(x, c));
+      CHECK(y != NULL);
+      check_pattern(y, a < c ? a : c, a ^ c, __LINE__);
+      CHECK(A(malloc_usable_size)(y) >= c);
+      memset(y, 0x33, c);
+      A(free)(y);
+    }
+}
+
+/* ---- free_sized / free_aligned_sized ---- */
+
+static void test_free_sized(void)
+{
+  for (size_t k = 0; k < NPOOL; k++) {
+    size_t s = pool_sizes[k];
+    void *p = tu_launder(A(malloc)(s));
+    CHECK(p != NULL);
+    memset(p, 1, s);
+#ifdef USE_HAK_API
+    hak_free_sized(p, s);
+#else
+    if (free_sized) free_sized(p, s); else A(free)(p);
+#endif
+    size_t al = s >= 100000 ? 4096 : 64;
+    void *q = tu_launder(A(aligned_alloc)(al, s));
+    CHECK(q != NULL);
+    memset(q, 2, s);
+#ifdef USE_HAK_API
+    hak_free_aligned_sized(q, al, s);
+#else
+    if (free_aligned_sized) free_aligned_sized(q, al, s); else A(free)(q);
+#endif
+  }
+  /* NULL is a no-op. */
+#ifdef USE_HAK_API
+  hak_free_sized(NULL, 0);
+  hak_free_aligned_sized(NULL, 64, 0);
+#else
+  if (free_sized) free_sized(NULL, 0);
+  if (free_aligned_sized) free_aligned_sized(NULL, 64, 0);
+  if (!free_sized || !free_aligned_sized)
+    printf("note: free_sized/free_aligned_sized not exported under the standard names\n");
+#endif
+}
+
+/* ---- glibc extras ---- */
+
+/* Runs fn in a child with stderr on a pipe; returns what it wrote, and its
+ * wait status in *status. */
+static char *run_captured(void (*fn)(void *), void *arg, int *status)
+{
+  int pfd[2];
+  CHECK(pipe(pfd) == 0);
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    close(pfd[0]);
+    dup2(pfd[1], 2);
+    close(pfd[1]);
+    alarm(60);
+    fn(arg);
+    _exit(0);
+  }
+  close(pfd[1]);
+  static char buf[65536];
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = read(pfd[0], buf + n, sizeof buf - 1 - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+    if (n == sizeof buf - 1) break;
+  }
+  buf[n] = 0;
+  close(pfd[0]);
+  CHECK(waitpid(pid, status, 0) == pid);
+  return buf;
+}
+
+static void child_malloc_stats(void *arg) { (void)arg; A(malloc_stats)(); }
+static void child_stats_print(void *arg) { (void)arg; void *p = A(malloc)(100); hak_stats_print(2); A(free)(p); }
+
+static void test_extras(void)
+{
+  /* malloc_trim keeps live blocks intact. */
+  enum { N = 200 };
+  void *v[N];
+  size_t sz[N];
+  for (int i = 0; i < N; i++) {
+    sz[i] = pool_sizes[i % (NPOOL - 1)] + (size_t)i;
+    v[i] = tu_launder(A(malloc)(sz[i]));
+    CHECK(v[i] != NULL);
+    tu_fill(v[i], 0, sz[i], (uint64_t)i);
+  }
+  for (int i = 0; i < N; i += 2) { A(free)(v[i]); v[i] = NULL; }
+  int t = A(malloc_trim)(0);
+  CHECKF(t == 0 || t == 1, "malloc_trim returned %d", t);
+  t = A(malloc_trim)(1 << 20);
+  CHECKF(t == 0 || t == 1, "malloc_trim returned %d", t);
+  for (int i = 1; i < N; i += 2) check_pattern(v[i], sz[i], (uint64_t)i, __LINE__);
+  for (int i = 0; i < N; i += 2) {
+    v[i] = tu_launder(A(malloc)(sz[i]));
+    CHECK(v[i] != NULL);
+    tu_fill(v[i], 0, sz[i], (uint64_t)i);
+  }
+  for (int i = 0; i < N; i++) { check_pattern(v[i], sz[i], (uint64_t)i, __LINE__); A(free)(v[i]); }
+
+  /* mallopt: known parameters are accepted. */
+  CHECK(A(mallopt)(M_ARENA_MAX, 8) == 1);
+  CHECK(A(mallopt)(M_MMAP_THRESHOLD, 256 * 1024) == 1);
+  CHECK(A(mallopt)(M_TRIM_THRESHOLD, 256 * 1024) == 1);
+  CHECK(A(mallopt)(M_TOP_PAD, 0) == 1);
+  CHECK(A(mallopt)(M_ARENA_TEST, 8) == 1);
+  (void)A(mallopt)(12345, 1); /* unknown: any answer, no crash */
+  void *after = tu_launder(A(malloc)(1000));
+  CHECK(after != NULL);
+  A(free)(after);
+
+  /* mallinfo2: in-use bytes follow 10 MiB of live blocks. */
+  struct mallinfo2 m0 = A(mallinfo2)();
+  enum { NB = 10240 };
+  void **blk = tu_launder(A(malloc)(NB * sizeof(void *)));
+  CHECK(blk != NULL);
+  for (int i = 0; i < NB; i++) { blk[i] = tu_launder(A(malloc)(1024)); CHECK(blk[i] != NULL); memset(blk[i], 1, 1024); }
+  struct mallinfo2 m1 = A(mallinfo2)();
+  CHECKF(m1.uordblks >= m0.uordblks + 9 * MiB, "uordblks %zu -> %zu after 10 MiB live", m0.uordblks, m1.uordblks);
+  CHECKF(m1.arena + m1.hblkhd >= m1.uordblks, "arena %zu + hblkhd %zu < uordblks %zu", m1.arena, m1.hblkhd,
+         m1.uordblks);
+  for (int i = 0; i < NB; i++) A(free)(blk[i]);
+  A(free)(blk);
+  struct mallinfo2 m2 = A(mallinfo2)();
+  CHECKF(m2.uordblks + 5 * MiB <= m1.uordblks, "uordblks %zu -> %zu after freeing 10 MiB", m1.uordblks, m2.uordblks);
+
+  /* malloc_stats writes to stderr; hak_stats_print writes its report to fd. */
+  int st;
+  char *out = run_captured(child_malloc_stats, NULL, &st);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "malloc_stats child status %#x", st);
+  CHECKF(strlen(out) > 0, "malloc_stats printed nothing on stderr");
+  out = run_captured(child_stats_print, NULL, &st);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hak_stats_print child status %#x", st);
+  CHECKF(strstr(out, "hakmem") != NULL, "hak_stats_print output lacks \"hakmem\": %.200s", out);
+}
+
+/* ---- ownership and foreign pointers ---- */
+
+typedef void *(*malloc_fn)(size_t);
+typedef void (*free_fn)(void *);
+static malloc_fn libc_malloc;
+static free_fn libc_free;
+
+static void find_libc(void)
+{
+#ifdef USE_HAK_API
+  libc_malloc = malloc;
+  libc_free = free;
+#else
+  /* The C library's own malloc, behind libhakmem's override. */
+  void *h = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  if (h != NULL) {
+    libc_malloc = (malloc_fn)dlsym(h, "malloc");
+    libc_free = (free_fn)dlsym(h, "free");
+    if (libc_malloc == (malloc_fn)malloc) libc_malloc = NULL; /* not distinguishable */
+  }
+#endif
+}
+
+enum { FOREIGN_STACK, FOREIGN_MMAP, FOREIGN_LIBC, REALLOC_STACK, REALLOC_MMAP };
+static const char *foreign_name[] = {"free(stack)", "free(mmap)", "free(libc malloc)", "realloc(stack)",
+                                     "realloc(mmap)"};
+
+static void child_foreign(void *arg)
+{
+  int kind = (int)(intptr_t)arg;
+  unsigned char stackbuf[512] __attribute__((aligned(16)));
+  unsigned char *target;
+  size_t len;
+  if (kind == FOREIGN_STACK || kind == REALLOC_STACK) {
+    target = stackbuf;
+    len = sizeof stackbuf;
+  } else if (kind == FOREIGN_LIBC) {
+    len = 256;
+    target = libc_malloc(len);
+    CHECK(target != NULL);
+  } else {
+    len = 4 * pagesz;
+    target = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(target != MAP_FAILED);
+  }
+  tu_fill(target, 0, len, 0xF00D);
+  unsigned char *p = tu_launder(target + 64);
+  /* Some live blocks of our own must survive the bad calls. */
+  void *own = tu_launder(A(malloc)(100));
+  tu_fill(own, 0, 100, 1);
+  for (int i = 0; i < 5; i++) {
+    if (kind == REALLOC_STACK || kind == REALLOC_MMAP) {
+      void *r = tu_launder(A(realloc)(p, 1000));
+      CHECKF(r == NULL, "realloc of a foreign pointer returned %p", r);
+    } else {
+      A(free)(p);
+    }
+  }
+  size_t bad = tu_verify(target, 0, len, 0xF00D);
+  CHECKF(bad == (size_t)-1, "foreign memory written at byte %zu", bad);
+  check_pattern(own, 100, 1, __LINE__);
+  A(free)(own);
+  void *more = tu_launder(A(malloc)(100));
+  CHECK(more != NULL);
+  A(free)(more);
+  if (kind == FOREIGN_LIBC) libc_free(target);
+}
+
+static int count_lines_with(const char *s, const char *word)
+{
+  int n = 0;
+  while (*s) {
+    const char *e = strchr(s, '\n');
+    size_t len = e ? (size_t)(e - s) : strlen(s);
+    char line[1024];
+    size_t l = len < sizeof line - 1 ? len : sizeof line - 1;
+    memcpy(line, s, l);
+    line[l] = 0;
+    if (strstr(line, word)) n++;
+    s += len + (e ? 1 : 0);
+  }
+  return n;
+}
+
+static void test_owns_and_foreign(void)
+{
+  void *p = tu_launder(A(malloc)(100));
+  void *big = tu_launder(A(malloc)(5 * MiB));
+  void *al = NULL;
+  CHECK(A(posix_memalign)(&al, 4096, 5000) == 0);
+  CHECK(hak_owns(p));
+  CHECK(hak_owns(big));
+  CHECK(hak_owns(al));
+  char stackvar[16];
+  CHECK(!hak_owns(tu_launder(stackvar)));
+  CHECK(!hak_owns(NULL));
+  void *mm = mmap(NULL, pagesz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(mm != MAP_FAILED);
+  CHECK(!hak_owns(mm));
+  munmap(mm, pagesz);
+  if (libc_malloc) {
+    void *g = libc_malloc(100);
+    CHECK(g != NULL);
+    CHECK(!hak_owns(g));
+    libc_free(g);
+  }
+  A(free)(p);
+  A(free)(big);
+  A(free)(al);
+
+  for (int kind = FOREIGN_STACK; kind <= REALLOC_MMAP; kind++) {
+    if (kind == FOREIGN_LIBC && !libc_malloc) continue;
+    int st;
+    char *out = run_captured(child_foreign, (void *)(intptr_t)kind, &st);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s x5: child died (status %#x); stderr: %.300s",
+           foreign_name[kind], st, out);
+    int n = count_lines_with(out, "hakmem");
+    CHECKF(n == 1, "%s x5: expected exactly one line with \"hakmem\" on stderr, got %d: %.300s",
+           foreign_name[kind], n, out);
+  }
+}
+
+int main(void)
+{
+  pagesz = (size_t)sysconf(_SC_PAGESIZE);
+  find_libc();
+  double t0 = tu_now();
+  test_malloc_basic();
+  test_calloc();
+  test_reallocarray();
+  test_aligned();
+  test_realloc();
+  test_free_sized();
+  test_extras();
+  test_owns_and_foreign();
+  printf("test_api (%s): all checks passed in %.2f s\n", API_NAME, tu_now() - t0);
+  return 0;
+}

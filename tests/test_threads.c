@@ -1,0 +1,311 @@
+/* Thread life-cycle tests.
+ *
+ * (a) churn: many short-lived threads (default 1000, in waves of 8); each
+ *     allocates a few hundred blocks of mixed sizes, frees half and hands the
+ *     other half to the main thread, which checks and frees them after the
+ *     thread has exited. Resident memory afterwards must stay bounded
+ *     (< 200 MiB and little growth after the first waves): exited threads'
+ *     memory is reused, not leaked.
+ * (b) blocks still live when their thread exits are freed later, by the main
+ *     thread and by threads created afterwards, with content checked.
+ * (c) fork under load: 4 threads allocate/free continuously while the main
+ *     thread forks (default 50 times); each child allocates and frees across
+ *     all pools, frees blocks the parent's threads allocated, checks content
+ *     and _exit(0)s; alarm() turns a deadlock into a failure.
+ * (d) hak_thread_done: a thread hands its heap back early, frees its own old
+ *     blocks and keeps allocating; another thread frees blocks of a thread
+ *     that already exited.
+ *
+ * Usage: test_threads [churn-threads] [forks]
+ * Calls the hak_ API when compiled with -DUSE_HAK_API, else the standard names.
+ */
+#include "testutil.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+
+typedef struct {
+  void *p;
+  size_t size;
+  uint64_t id;
+} blk_t;
+
+static void blk_alloc(blk_t *b, size_t size, uint64_t id)
+{
+  b->p = A(malloc)(size);
+  CHECKF(b->p != NULL, "malloc(%zu)", size);
+  b->size = size;
+  b->id = id;
+  tu_fill(b->p, 0, size, id);
+}
+
+static void blk_free(blk_t *b, const char *when)
+{
+  size_t bad = tu_verify(b->p, 0, b->size, b->id);
+  CHECKF(bad == (size_t)-1, "%s: block %p size %zu id %llu corrupted at byte %zu", when, b->p, b->size,
+         (unsigned long long)b->id, bad);
+  A(free)(b->p);
+  b->p = NULL;
+}
+
+static size_t mixed_size(uint64_t *r)
+{
+  uint64_t x = tu_xorshift(r);
+  switch (x % 16) {
+  case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 7: return 8 + (x >> 8) % 1017; /* tiny */
+  case 8: case 9: case 10: case 11: case 12: return 1024 + (x >> 8) % (31 * KiB);              /* mid */
+  case 13: case 14: return 32 * KiB + (x >> 8) % (200 * KiB);                                /* large */
+  default: return 16 + (x >> 8) % 240;
+  }
+}
+
+/* ---------------- (a) churn ---------------- */
+
+#define CHURN_BLOCKS 300
+typedef struct {
+  int idx;
+  blk_t handed[CHURN_BLOCKS / 2];
+} churn_arg_t;
+
+static void *churn_thread(void *arg)
+{
+  churn_arg_t *a = arg;
+  uint64_t r = 0x1234567ull + (uint64_t)a->idx * 7919;
+  blk_t b[CHURN_BLOCKS];
+  for (int i = 0; i < CHURN_BLOCKS; i++) blk_alloc(&b[i], mixed_size(&r), (uint64_t)a->idx * 1000 + (uint64_t)i);
+  for (int i = 0; i < CHURN_BLOCKS; i++) {
+    if (i & 1) a->handed[i / 2] = b[i];
+    else blk_free(&b[i], "churn own free");
+  }
+  return NULL;
+}
+
+static void test_churn(int nthreads)
+{
+  enum { WAVE = 8 };
+  churn_arg_t *args = A(calloc)(WAVE, sizeof *args);
+  CHECK(args != NULL);
+  size_t rss0 = tu_rss(), rss_early = 0;
+  for (int base = 0; base < nthreads; base += WAVE) {
+    pthread_t th[WAVE];
+    int n = nthreads - base < WAVE ? nthreads - base : WAVE;
+    for (int i = 0; i < n; i++) {
+      args[i].idx = base + i;
+      CHECK(pthread_create(&th[i], NULL, churn_thread, &args[i]) == 0);
+    }
+    for (int i = 0; i < n; i++) CHECK(pthread_join(th[i], NULL) == 0);
+    /* The threads are gone: free what they handed over. */
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < CHURN_BLOCKS / 2; k++) blk_free(&args[i].handed[k], "churn handed block");
+    if (base / WAVE == 12) rss_early = tu_rss();
+  }
+  A(free)(args);
+  size_t rss1 = tu_rss();
+  if (rss_early == 0) rss_early = rss1;
+  printf("  churn: %d threads, rss %.1f -> %.1f (after 100 threads) -> %.1f MiB\n", nthreads,
+         (double)rss0 / MiB, (double)rss_early / MiB, (double)rss1 / MiB);
+#ifndef HAKMEM_TEST_SANITIZED /* sanitizer shadow memory makes RSS meaningless */
+  CHECKF(rss1 < 200 * MiB, "rss %.1f MiB after thread churn: exited threads' memory not reused",
+         (double)rss1 / MiB);
+  CHECKF(rss1 <= rss_early + 64 * MiB, "rss grew from %.1f to %.1f MiB during churn", (double)rss_early / MiB,
+         (double)rss1 / MiB);
+#endif
+}
+
+/* ---------------- (b) live blocks outlive their thread ---------------- */
+
+#define ORPHANS 2000
+static blk_t orphans[8][ORPHANS];
+
+static void *orphan_maker(void *arg)
+{
+  int k = (int)(intptr_t)arg;
+  uint64_t r = 99 + (uint64_t)k;
+  for (int i = 0; i < ORPHANS; i++) blk_alloc(&orphans[k][i], mixed_size(&r), 500000 + (uint64_t)k * ORPHANS + (uint64_t)i);
+  /* Free a few so the slabs are partly empty when abandoned. */
+  for (int i = 0; i < ORPHANS; i += 3) blk_free(&orphans[k][i], "orphan maker own free");
+  return NULL;
+}
+
+static void *orphan_freer(void *arg)
+{
+  int k = (int)(intptr_t)arg;
+  /* Allocate first (may adopt the abandoned slabs), then free the orphans. */
+  uint64_t r = 7 + (uint64_t)k;
+  blk_t mine[200];
+  for (int i = 0; i < 200; i++) blk_alloc(&mine[i], mixed_size(&r), 900000 + (uint64_t)i);
+  for (int i = 0; i < ORPHANS; i++)
+    if (orphans[k][i].p && (i % 3) == 1) blk_free(&orphans[k][i], "orphan freed by a later thread");
+  for (int i = 0; i < 200; i++) blk_free(&mine[i], "later thread own");
+  return NULL;
+}
+
+static void test_orphans(void)
+{
+  pthread_t th[8];
+  for (int k = 0; k < 8; k++) CHECK(pthread_create(&th[k], NULL, orphan_maker, (void *)(intptr_t)k) == 0);
+  for (int k = 0; k < 8; k++) CHECK(pthread_join(th[k], NULL) == 0);
+  /* Main thread allocates over the abandoned heaps, then frees some orphans. */
+  uint64_t r = 3;
+  blk_t mine[500];
+  for (int i = 0; i < 500; i++) blk_alloc(&mine[i], mixed_size(&r), 700000 + (uint64_t)i);
+  for (int k = 0; k < 8; k++)
+    for (int i = 0; i < ORPHANS; i++)
+      if (orphans[k][i].p && (i % 3) == 2) blk_free(&orphans[k][i], "orphan freed by main");
+  for (int k = 0; k < 8; k++) CHECK(pthread_create(&th[k], NULL, orphan_freer, (void *)(intptr_t)k) == 0);
+  for (int k = 0; k < 8; k++) CHECK(pthread_join(th[k], NULL) == 0);
+  for (int k = 0; k < 8; k++)
+    for (int i = 0; i < ORPHANS; i++) CHECK(orphans[k][i].p == NULL);
+  for (int i = 0; i < 500; i++) blk_free(&mine[i], "main own");
+  printf("  orphans: 8 x %d blocks freed after their threads exited\n", ORPHANS);
+}
+
+/* ---------------- (c) fork under load ---------------- */
+
+#define FORK_WORKERS 4
+#define PREFORK 64
+static atomic_int stop_load;
+static blk_t prefork[FORK_WORKERS][PREFORK];
+static atomic_int prefork_ready;
+
+static void *load_thread(void *arg)
+{
+  int k = (int)(intptr_t)arg;
+  uint64_t r = 1000 + (uint64_t)k;
+  for (int i = 0; i < PREFORK; i++) blk_alloc(&prefork[k][i], mixed_size(&r), 3000000 + (uint64_t)k * PREFORK + (uint64_t)i);
+  atomic_fetch_add(&prefork_ready, 1);
+  blk_t b[64] = {{0}};
+  uint64_t id = 4000000 + (uint64_t)k * 100000000;
+  while (!atomic_load_explicit(&stop_load, memory_order_relaxed)) {
+    uint64_t x = tu_xorshift(&r);
+    blk_t *s = &b[x % 64];
+    if (s->p) blk_free(s, "load thread");
+    else {
+      size_t size = mixed_size(&r);
+      if ((x >> 40) % 200 == 0) size = 3 * MiB; /* huge, now and then */
+      blk_alloc(s, size, id++);
+    }
+  }
+  for (int i = 0; i < 64; i++) if (b[i].p) blk_free(&b[i], "load thread end");
+  return NULL;
+}
+
+static void fork_child(int round)
+{
+  alarm(20);
+  /* Blocks from the parent's threads, which do not exist here. */
+  for (int k = 0; k < FORK_WORKERS; k++)
+    for (int i = 0; i < PREFORK; i++) blk_free(&prefork[k][i], "child frees parent thread's block");
+  const size_t sizes[] = {8, 16, 48, 100, 512, 1000, 2048, 5000, 20000, 32768, 50000, 200000, 1 * MiB, 3 * MiB, 6 * MiB};
+  blk_t b[sizeof sizes / sizeof sizes[0]][4];
+  for (int rep = 0; rep < 2; rep++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      for (int j = 0; j < 4; j++)
+        if (sizes[i] < MiB || j == 0) blk_alloc(&b[i][j], sizes[i] + (size_t)j, (uint64_t)round * 1000 + i * 4 + (uint64_t)j);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+      for (int j = 0; j < 4; j++)
+        if (sizes[i] < MiB || j == 0) blk_free(&b[i][j], "child block");
+  }
+  void *al = NULL;
+  CHECK(A(posix_memalign)(&al, 4096, 10000) == 0);
+  A(free)(al);
+  void *c = A(calloc)(1000, 10);
+  CHECK(c != NULL);
+  A(free)(c);
+  _exit(0);
+}
+
+static void test_fork(int nforks)
+{
+  atomic_store(&stop_load, 0);
+  atomic_store(&prefork_ready, 0);
+  pthread_t th[FORK_WORKERS];
+  for (int k = 0; k < FORK_WORKERS; k++) CHECK(pthread_create(&th[k], NULL, load_thread, (void *)(intptr_t)k) == 0);
+  while (atomic_load(&prefork_ready) < FORK_WORKERS) usleep(1000);
+  for (int i = 0; i < nforks; i++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) fork_child(i);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork child %d: %s %d%s", i,
+           WIFSIGNALED(st) ? "killed by signal" : "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+           WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? " (deadlock: alarm fired)" : "");
+    /* Parent allocates between forks too. */
+    void *p = A(malloc)(100 + (size_t)i);
+    CHECK(p != NULL);
+    A(free)(p);
+  }
+  atomic_store(&stop_load, 1);
+  for (int k = 0; k < FORK_WORKERS; k++) CHECK(pthread_join(th[k], NULL) == 0);
+  for (int k = 0; k < FORK_WORKERS; k++)
+    for (int i = 0; i < PREFORK; i++) blk_free(&prefork[k][i], "parent frees prefork block");
+  printf("  fork: %d children under load, all exited 0\n", nforks);
+}
+
+/* ---------------- (d) hak_thread_done and exited owners ---------------- */
+
+static blk_t early[500];
+
+static void *thread_done_user(void *arg)
+{
+  (void)arg;
+  uint64_t r = 55;
+  blk_t b[500];
+  for (int i = 0; i < 500; i++) blk_alloc(&b[i], mixed_size(&r), 6000000 + (uint64_t)i);
+  for (int i = 0; i < 500; i++) blk_alloc(&early[i], mixed_size(&r), 6100000 + (uint64_t)i);
+  hak_thread_done();
+  /* Our old blocks now sit in abandoned slabs: freeing them must work. */
+  for (int i = 0; i < 500; i += 2) blk_free(&b[i], "own block after hak_thread_done");
+  /* And the thread keeps working. */
+  for (int i = 0; i < 500; i += 2) blk_alloc(&b[i], mixed_size(&r), 6200000 + (uint64_t)i);
+  hak_thread_done();
+  hak_thread_done();
+  for (int i = 0; i < 500; i++) blk_free(&b[i], "block after second hak_thread_done");
+  return NULL;
+}
+
+static void *exited_owner_freer(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < 500; i++) blk_free(&early[i], "block of an exited thread");
+  return NULL;
+}
+
+static void test_thread_done(void)
+{
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, thread_done_user, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(pthread_create(&t, NULL, exited_owner_freer, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  /* The main thread too, then carries on. */
+  void *p = A(malloc)(100);
+  CHECK(p != NULL);
+  hak_thread_done();
+  A(free)(p);
+  p = A(malloc)(200);
+  CHECK(p != NULL);
+  A(free)(p);
+  printf("  thread_done: heaps handed back early and after exit\n");
+}
+
+int main(int argc, char **argv)
+{
+  int churn = argc > 1 ? atoi(argv[1]) : 1000;
+  int forks = argc > 2 ? atoi(argv[2]) : 50;
+  double t0 = tu_now();
+  test_orphans();
+  test_thread_done();
+  test_churn(churn);
+  test_fork(forks);
+  printf("test_threads (%s): all checks passed in %.2f s\n", API_NAME, tu_now() - t0);
+  return 0;
+}
