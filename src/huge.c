@@ -14,7 +14,7 @@
 #include "stats.h"
 
 #define HUGE_MAGIC 0x68616b6d656d4855ull
-#define CACHE_SLOTS 16
+#define CACHE_SLOTS 32
 
 typedef struct {
   uint64_t magic;
@@ -39,24 +39,50 @@ static huge_header_t *huge_header(const void *p, uint8_t kind) {
   return (huge_header_t *)chunk;
 }
 
-/* Takes a cached mapping of at least need bytes (and not much more). */
-static char *cache_take(size_t need, size_t *size) {
-  char *base = NULL;
+/* Takes the smallest cached run of at least need bytes, or else the
+ * largest one. */
+static bool cache_take(size_t need, cache_entry_t *out) {
   hak_lock(&hak_lock_huge);
   size_t best = CACHE_SLOTS;
   for (size_t i = 0; i < CACHE_SLOTS; i++) {
-    size_t sz = cache[i].size;
-    if (cache[i].base && sz >= need && sz - need <= need / 4 && (best == CACHE_SLOTS || sz < cache[best].size))
-      best = i;
+    if (cache[i].base == NULL) continue;
+    size_t sz = cache[i].size, bsz = best < CACHE_SLOTS ? cache[best].size : 0;
+    if (best == CACHE_SLOTS || (sz >= need ? bsz < need || sz < bsz : bsz < need && sz > bsz)) best = i;
   }
   if (best < CACHE_SLOTS) {
-    base = cache[best].base;
-    *size = cache[best].size;
-    cache_bytes -= *size;
+    *out = cache[best];
+    cache_bytes -= out->size;
     cache[best].base = NULL;
   }
   hak_unlock(&hak_lock_huge);
-  return base;
+  return best < CACHE_SLOTS;
+}
+
+static void cache_put(char *base, size_t size);
+
+/* A mapping of need bytes built from cached runs of resident pages: one run
+ * that fits at a region boundary is used as it is; otherwise the runs' pages
+ * are moved with mremap (no copy, no page fault) into a fresh aligned
+ * mapping, whose rest faults in as usual. Leftover tails go back to the
+ * cache. Returns NULL when the cache is empty. */
+static char *cache_assemble(size_t need) {
+  cache_entry_t e;
+  if (!cache_take(need, &e)) return NULL;
+  if (e.size >= need && ((uintptr_t)e.base & (REGION_SIZE - 1)) == 0) {
+    if (e.size > need) cache_put(e.base + need, e.size - need);
+    return e.base;
+  }
+  char *to = os_map_aligned(need, REGION_SIZE);
+  size_t filled = 0;
+  while (to) {
+    size_t n = e.size < need - filled ? e.size : need - filled;
+    if (os_remap(e.base, n, n, to + filled) == NULL) break;
+    filled += n;
+    if (e.size > n) cache_put(e.base + n, e.size - n);
+    if (filled == need || !cache_take(need - filled, &e)) return to;
+  }
+  os_unmap(e.base, e.size);
+  return to;
 }
 
 /* Evicts entries older than the age bound, or all with force; unmaps them
@@ -78,27 +104,35 @@ static size_t cache_evict(bool force) {
   return bytes;
 }
 
-/* Keeps a freed mapping if the cache has room, else unmaps it. */
+/* Keeps a run of freed pages, evicting the oldest runs to stay within the
+ * cache's bounds; a run larger than the whole cache is unmapped. */
 static void cache_put(char *base, size_t size) {
   size_t limit = (size_t)hak_option(OPT_BIGCACHE_MB) << 20;
-  bool kept = false;
-  if (size <= limit) {
+  cache_entry_t out[CACHE_SLOTS + 1];
+  size_t n = 0;
+  if (size > limit) {
+    out[n++] = (cache_entry_t){base, size, 0};
+  } else {
     hak_lock(&hak_lock_huge);
-    size_t slot = CACHE_SLOTS, oldest = CACHE_SLOTS;
-    for (size_t i = 0; i < CACHE_SLOTS; i++) {
-      if (cache[i].base == NULL) slot = i;
-      else if (oldest == CACHE_SLOTS || cache[i].freed_ms < cache[oldest].freed_ms) oldest = i;
-    }
-    if (slot < CACHE_SLOTS && cache_bytes + size <= limit) {
-      cache[slot] = (cache_entry_t){base, size, os_now_ms()};
-      cache_bytes += size;
-      kept = true;
-      purge_notice_dirty();
+    for (;;) {
+      size_t slot = CACHE_SLOTS, oldest = CACHE_SLOTS;
+      for (size_t i = 0; i < CACHE_SLOTS; i++) {
+        if (cache[i].base == NULL) slot = i;
+        else if (oldest == CACHE_SLOTS || cache[i].freed_ms < cache[oldest].freed_ms) oldest = i;
+      }
+      if (slot < CACHE_SLOTS && cache_bytes + size <= limit) {
+        cache[slot] = (cache_entry_t){base, size, os_now_ms()};
+        cache_bytes += size;
+        break;
+      }
+      out[n++] = cache[oldest];
+      cache_bytes -= cache[oldest].size;
+      cache[oldest].base = NULL;
     }
     hak_unlock(&hak_lock_huge);
+    purge_notice_dirty();
   }
-  if (!kept) os_unmap(base, size);
-  cache_evict(false);
+  for (size_t i = 0; i < n; i++) os_unmap(out[i].base, out[i].size);
 }
 
 void *huge_alloc(size_t size, size_t align, bool zero) {
@@ -109,11 +143,9 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   map_size &= ~(page - 1);
   uint8_t kind = MAP_HUGE;
   if (align >= REGION_SIZE) kind = (uint8_t)(MAP_HUGE + __builtin_ctzl(align) - REGION_SHIFT + 1);
-  char *base = NULL;
-  size_t got = map_size;
-  bool cached = false;
-  if (kind == MAP_HUGE && (base = cache_take(map_size, &got)) != NULL) {
-    cached = true;
+  char *base = kind == MAP_HUGE ? cache_assemble(map_size) : NULL;
+  bool cached = base != NULL;
+  if (cached) {
     stat_inc(huge_cache_hits);
   } else {
     base = os_map_aligned(map_size, kind == MAP_HUGE ? REGION_SIZE : align);
@@ -127,11 +159,11 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   huge_header_t *h = (huge_header_t *)base;
   h->magic = HUGE_MAGIC;
   h->block = base + offset;
-  h->map_size = got;
+  h->map_size = map_size;
   if (zero && cached) memset(h->block, 0, size);
   region_map_set(h->block, kind);
-  atomic_fetch_add_explicit(&hak_huge_bytes, got, memory_order_relaxed);
-  stat_alloc(STAT_ROW_HUGE, got - offset);
+  atomic_fetch_add_explicit(&hak_huge_bytes, map_size, memory_order_relaxed);
+  stat_alloc(STAT_ROW_HUGE, map_size - offset);
   return h->block;
 }
 
@@ -149,14 +181,13 @@ void huge_free(void *p) {
     hak_report_bad_pointer("free", p);
     return;
   }
-  uint8_t kind = region_map_kind(p);
   size_t size = h->map_size;
   stat_free(STAT_ROW_HUGE, size - (size_t)(h->block - (char *)h), true);
   atomic_fetch_sub_explicit(&hak_huge_bytes, size, memory_order_relaxed);
   region_map_set(p, MAP_NONE);
   h->magic = 0;
-  if (kind == MAP_HUGE) cache_put((char *)h, size);
-  else os_unmap(h, size);
+  cache_put((char *)h, size);
+  cache_evict(false);
 }
 
 size_t huge_usable_size(const void *p) {

@@ -129,7 +129,7 @@ void region_span_free(region_t *r, slab_t *s);
 bool region_span_grow(region_t *r, slab_t *s, size_t units);
 size_t region_purge(region_t *r);
 bool region_purge_due(region_t *r, uint64_t now, uint64_t delay);
-size_t region_pool_trim(bool all);
+bool region_pool_purge_due(uint64_t now, uint64_t delay);
 void region_map_set(const void *p, uint8_t kind);
 
 /* ---- locks -------------------------------------------------------------- */

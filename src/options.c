@@ -18,7 +18,7 @@ static option_desc_t options[OPT_COUNT] = {
   [OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 0, 250,
                           "milliseconds freed memory stays resident before madvise (0 = at once, -1 = never)", 0},
   [OPT_POOL_REGIONS] = {"POOL_REGIONS", 0, 16, "empty 4 MiB regions kept mapped (purged) for reuse", 0},
-  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 64, "MiB of freed huge blocks kept mapped for reuse", 0},
+  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks kept mapped for reuse", 0},
   [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "milliseconds a freed huge block stays cached", 0},
   [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
 };

@@ -25,6 +25,7 @@ static int purger_main(void *arg) {
     atomic_store_explicit(&purge_signal, 0, memory_order_seq_cst);
     hak_lock(&hak_lock_purge);
     bool pending = heaps_purge_due(now, (uint64_t)delay);
+    pending |= region_pool_purge_due(now, (uint64_t)delay);
     pending |= huge_cache_evict_aged();
     hak_unlock(&hak_lock_purge);
     if (pending) os_sleep_ms(PURGE_TICK_MS);

@@ -78,11 +78,12 @@ static void region_unmap(region_t *r) {
   stat_inc(regions_unmapped);
 }
 
-/* An empty region goes to the pool, purged, or back to the OS when the pool
- * is full. */
+/* An empty region goes to the pool, or back to the OS when the pool is full.
+ * Pooled regions keep their dirty units until the purger's delay is up, so a
+ * heap that empties a region and soon needs one again pays no page faults. */
 void region_release(region_t *r) {
   hak_assert(r->free_units == (ALL_UNITS & ~HEADER_UNITS));
-  region_purge(r);
+  if (hak_option(OPT_PURGE_DELAY_MS) == 0) region_purge(r);
   r->heap = NULL;
   hak_lock(&hak_lock_regions);
   if (pool_count < (size_t)hak_option(OPT_POOL_REGIONS)) {
@@ -95,22 +96,14 @@ void region_release(region_t *r) {
   if (r) region_unmap(r);
 }
 
-/* Unmaps pooled regions: all of them, or those beyond the pool's bound. */
-size_t region_pool_trim(bool all) {
-  size_t keep = all ? 0 : (size_t)hak_option(OPT_POOL_REGIONS), n = 0;
-  for (;;) {
-    hak_lock(&hak_lock_regions);
-    region_t *r = NULL;
-    if (pool_count > keep) {
-      r = pool;
-      pool = r->next;
-      pool_count--;
-    }
-    hak_unlock(&hak_lock_regions);
-    if (r == NULL) return n;
-    region_unmap(r);
-    n += REGION_SIZE;
-  }
+/* Purges pooled regions dirty for at least delay ms; returns whether dirty
+ * ones remain. */
+bool region_pool_purge_due(uint64_t now, uint64_t delay) {
+  bool pending = false;
+  hak_lock(&hak_lock_regions);
+  for (region_t *r = pool; r; r = r->next) pending |= region_purge_due(r, now, delay);
+  hak_unlock(&hak_lock_regions);
+  return pending;
 }
 
 /* Finds units free units in a row, starting at a multiple of align_units,
