@@ -46,10 +46,10 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
 
 hak_inline void *alloc_inline(size_t size) {
   heap_t *heap = heap_get();
-  if (likely(size <= SMALL_MAX)) {
-    void *p = alloc_small(heap, size_class(size));
-    if (likely(p != NULL)) return p;
-  }
+  void *p = NULL;
+  if (likely(size <= TINY_MAX)) p = alloc_small(heap, hak_tiny_class[(size + 7) >> 3]);
+  else if (size <= SMALL_MAX) p = alloc_small(heap, hak_mid_class[(size + 127) >> 7]);
+  if (likely(p != NULL)) return p;
   return alloc_slow(heap, size, 0, false);
 }
 

@@ -31,7 +31,7 @@ typedef struct {
 hak_lock_t hak_lock_huge;
 _Atomic size_t hak_huge_bytes;
 static cache_entry_t cache[CACHE_SLOTS]; /* under hak_lock_huge */
-static size_t cache_bytes; /* read without the lock only by the purger */
+static size_t cache_bytes;
 
 static huge_header_t *huge_header(const void *p, uint8_t kind) {
   char *chunk = (char *)region_of(p);
@@ -229,8 +229,15 @@ void *huge_realloc(void *p, size_t size) {
 
 size_t huge_trim(void) { return cache_evict(true); }
 
+size_t huge_cached_bytes(void) {
+  hak_lock(&hak_lock_huge);
+  size_t n = cache_bytes;
+  hak_unlock(&hak_lock_huge);
+  return n;
+}
+
 /* Evicts aged entries; returns whether any remain cached. */
 bool huge_cache_evict_aged(void) {
   cache_evict(false);
-  return atomic_load_explicit((_Atomic size_t *)&cache_bytes, memory_order_relaxed) != 0;
+  return huge_cached_bytes() != 0;
 }

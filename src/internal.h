@@ -146,6 +146,8 @@ hak_inline void hak_lock(hak_lock_t *l) {
 hak_inline void hak_unlock(hak_lock_t *l) { atomic_store_explicit(&l->held, 0, memory_order_release); }
 extern _Atomic size_t hak_span_bytes; /* bytes in spans handed to slabs and large blocks */
 extern _Atomic size_t hak_huge_bytes;
+extern _Atomic size_t hak_dirty_bytes; /* free units not yet purged */
+size_t huge_cached_bytes(void);
 extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge, hak_lock_purge;
 
 /* ---- size classes ------------------------------------------------------- */

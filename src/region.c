@@ -16,6 +16,11 @@
 uint8_t hak_region_map[MAP_ENTRIES]; /* in .bss: untouched pages cost nothing */
 hak_lock_t hak_lock_regions;
 _Atomic size_t hak_span_bytes;
+_Atomic size_t hak_dirty_bytes;
+
+static void dirty_sub(uint64_t units) {
+  if (units) atomic_fetch_sub_explicit(&hak_dirty_bytes, (size_t)__builtin_popcountll(units) * UNIT_SIZE, memory_order_relaxed);
+}
 
 static region_t *pool;      /* empty regions, most recent first */
 static size_t pool_count;
@@ -67,12 +72,14 @@ size_t region_purge(region_t *r) {
     purged += os_purge((char *)r + (size_t)first * UNIT_SIZE, (size_t)len * UNIT_SIZE);
     dirty &= ~span_bits(first, len);
   }
+  dirty_sub(r->dirty_units);
   r->dirty_units = 0;
   if (purged) stat_add(bytes_purged, purged);
   return purged;
 }
 
 static void region_unmap(region_t *r) {
+  dirty_sub(r->dirty_units);
   region_map_set(r, MAP_NONE);
   os_unmap(r, REGION_SIZE);
   stat_inc(regions_unmapped);
@@ -122,6 +129,7 @@ slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units) {
   slab_t *s = &r->slabs[first];
   s->fresh = (r->dirty_units & bits) == 0;
   r->free_units &= ~bits;
+  dirty_sub(r->dirty_units & bits);
   r->dirty_units &= ~bits;
   atomic_fetch_add_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
   for (size_t i = 1; i < units; i++) r->slabs[first + i].head_off = (uint32_t)(i * sizeof(slab_t));
@@ -138,6 +146,7 @@ bool region_span_grow(region_t *r, slab_t *s, size_t units) {
   if ((r->free_units & more) != more) return false;
   atomic_fetch_add_explicit(&hak_span_bytes, (units - s->units) * UNIT_SIZE, memory_order_relaxed);
   r->free_units &= ~more;
+  dirty_sub(r->dirty_units & more);
   r->dirty_units &= ~more;
   for (size_t i = s->units; i < units; i++) r->slabs[first + i].head_off = (uint32_t)(i * sizeof(slab_t));
   s->units = (uint8_t)units;
@@ -166,6 +175,7 @@ void region_span_free(region_t *r, slab_t *s) {
       r->dirty_since_ms = os_now_ms();
       purge_notice_dirty();
     }
+    atomic_fetch_add_explicit(&hak_dirty_bytes, units * UNIT_SIZE, memory_order_relaxed);
     r->dirty_units |= bits;
   }
 }

@@ -34,6 +34,33 @@ static void print_row_name(os_out_t *o, unsigned row) {
   else os_out_uint(o, hak_class_size[row], 8);
 }
 
+static void print_bytes(os_out_t *o, const char *label, uint64_t bytes) {
+  os_out_str(o, "  ");
+  os_out_str(o, label);
+  os_out_str(o, ": ");
+  os_out_uint(o, bytes, 0);
+  os_out_str(o, "\n");
+}
+
+/* Where the memory is: what the program holds, what hakmem keeps for reuse,
+ * what it gave back. */
+static void print_memory(os_out_t *o) {
+  int64_t live = 0;
+  for (unsigned row = 0; row < STAT_ROWS; row++) live += LOAD(hak_stats.rows[row].live_bytes);
+  int64_t regions = LOAD(hak_stats.regions_mapped) - LOAD(hak_stats.regions_unmapped);
+  size_t spans = atomic_load(&hak_span_bytes), huge = atomic_load(&hak_huge_bytes);
+  os_out_str(o, "memory (bytes):\n");
+  if (hak_stats_enabled) print_bytes(o, "live in blocks", (uint64_t)(live > 0 ? live : 0));
+  print_bytes(o, "in slabs and large blocks (live blocks plus their slabs' free blocks)", spans);
+  print_bytes(o, "in huge blocks", huge);
+  print_bytes(o, "free units not yet purged", atomic_load(&hak_dirty_bytes));
+  print_bytes(o, "huge blocks cached for reuse (BigCache)", huge_cached_bytes());
+  print_bytes(o, "purged so far (returned with madvise)", (uint64_t)LOAD(hak_stats.bytes_purged));
+  print_bytes(o, "metadata (region headers)", (uint64_t)(regions > 0 ? regions : 0) * sizeof(region_t));
+  print_bytes(o, "address space of regions", (uint64_t)(regions > 0 ? regions : 0) * REGION_SIZE);
+  print_bytes(o, "resident (whole process)", os_resident_bytes());
+}
+
 HAK_API void hak_stats_print(int fd) {
   os_out_t o = {.fd = fd};
   os_out_str(&o, "hakmem statistics");
@@ -56,8 +83,6 @@ HAK_API void hak_stats_print(int fd) {
   os_out_str(&o, "  " label ": "), os_out_uint(&o, (uint64_t)LOAD(hak_stats.name), 0), os_out_str(&o, "\n");
   HAK_GLOBAL_STATS(X)
 #undef X
-  os_out_str(&o, "  resident bytes (process): ");
-  os_out_uint(&o, os_resident_bytes(), 0);
-  os_out_str(&o, "\n");
+  print_memory(&o);
   os_out_flush(&o);
 }

@@ -1,0 +1,174 @@
+/* bench.h - helpers shared by the hakmem benchmark workloads.
+ *
+ * Every workload is a plain C11 program linked against the C library only;
+ * the allocator under test is chosen with LD_PRELOAD.  This header gives
+ * them: key=value argument parsing, a clock, a fast PRNG, the block
+ * fill/verify pattern (so a broken allocator fails instead of winning),
+ * resident-memory readers and the common result line.
+ */
+#ifndef HAKMEM_BENCH_H
+#define HAKMEM_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- arguments: "name=value" words; unknown names are an error ---------- */
+static int bench_argc __attribute__((unused));
+static char **bench_argv __attribute__((unused));
+
+static inline void bench_args(int argc, char **argv, const char *known)
+{
+    bench_argc = argc;
+    bench_argv = argv;
+    for (int i = 1; i < argc; i++) {
+        const char *eq = strchr(argv[i], '=');
+        size_t n = eq ? (size_t)(eq - argv[i]) : 0;
+        const char *k = known;
+        int ok = 0;
+        while (eq && n && *k) { /* known is "a b c" */
+            size_t kl = strcspn(k, " ");
+            if (kl == n && strncmp(k, argv[i], n) == 0) ok = 1;
+            k += kl;
+            k += strspn(k, " ");
+        }
+        if (!ok) {
+            fprintf(stderr, "%s: bad argument '%s' (known: %s, as name=value)\n", argv[0], argv[i], known);
+            exit(2);
+        }
+    }
+}
+
+static inline double arg_f(const char *name, double def)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < bench_argc; i++)
+        if (strncmp(bench_argv[i], name, n) == 0 && bench_argv[i][n] == '=')
+            return strtod(bench_argv[i] + n + 1, NULL);
+    return def;
+}
+
+static inline uint64_t arg_u(const char *name, uint64_t def)
+{
+    return (uint64_t)arg_f(name, (double)def);
+}
+
+/* ---- time and random numbers --------------------------------------------- */
+static inline double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline uint64_t rng_next(uint64_t *s) /* xorshift64* */
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static inline uint64_t rng_seed(uint64_t seed, uint64_t stream)
+{
+    uint64_t s = (seed + 1) * 0x9E3779B97F4A7C15ULL ^ (stream + 1) * 0xBF58476D1CE4E5B9ULL;
+    return s ? s : 1;
+}
+
+static inline size_t rng_range(uint64_t *s, size_t lo, size_t hi) /* [lo, hi] */
+{
+    return lo + (size_t)(rng_next(s) % (hi - lo + 1));
+}
+
+/* ---- block pattern --------------------------------------------------------
+ * The first 8 bytes hold a 64-bit tag; blocks up to 1 KiB are filled
+ * completely with a byte derived from the tag; larger blocks get their first
+ * and last 256 bytes filled and one byte written on every 4 KiB page between
+ * (so every page is really touched).  block_check verifies the same bytes.
+ */
+#define BENCH_FULL 1024
+#define BENCH_EDGE 256
+
+static inline unsigned char tag_byte(uint64_t tag) { return (unsigned char)((tag * 0x9E3779B97F4A7C15ULL) >> 56) | 1; }
+
+static inline void block_fill(void *p, size_t n, uint64_t tag)
+{
+    unsigned char *b = p, c = tag_byte(tag);
+    if (n <= BENCH_FULL) {
+        memset(b, c, n);
+    } else {
+        memset(b, c, BENCH_EDGE);
+        memset(b + n - BENCH_EDGE, c, BENCH_EDGE);
+        for (size_t o = 4096 - ((uintptr_t)b & 4095); o < n - BENCH_EDGE; o += 4096) b[o] = c;
+    }
+    if (n >= 8) memcpy(b, &tag, 8);
+}
+
+static inline int range_is(const unsigned char *b, size_t n, unsigned char c)
+{
+    uint64_t w = 0x0101010101010101ULL * c, acc = 0, x;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&x, b + i, 8);
+        acc |= x ^ w;
+    }
+    for (; i < n; i++) acc |= b[i] ^ c;
+    return acc == 0;
+}
+
+/* Returns 1 when the block still holds what block_fill wrote. */
+static inline int block_check(const void *p, size_t n, uint64_t tag)
+{
+    const unsigned char *b = p;
+    unsigned char c = tag_byte(tag);
+    size_t skip = n >= 8 ? 8 : 0;
+    if (skip && memcmp(b, &tag, 8) != 0) return 0;
+    if (n <= BENCH_FULL) return range_is(b + skip, n - skip, c);
+    if (!range_is(b + skip, BENCH_EDGE - skip, c) || !range_is(b + n - BENCH_EDGE, BENCH_EDGE, c)) return 0;
+    for (size_t o = 4096 - ((uintptr_t)b & 4095); o < n - BENCH_EDGE; o += 4096)
+        if (b[o] != c) return 0;
+    return 1;
+}
+
+/* ---- memory readings (read(2) into a stack buffer: no malloc) ----------- */
+#include <fcntl.h>
+static inline int read_proc(const char *path, char *buf, size_t n)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t r = read(fd, buf, n - 1);
+    close(fd);
+    buf[r > 0 ? r : 0] = 0;
+    return r > 0;
+}
+
+static inline long rss_kib(void) /* current resident set, from /proc/self/statm */
+{
+    char buf[128];
+    long pages, res;
+    if (!read_proc("/proc/self/statm", buf, sizeof buf) || sscanf(buf, "%ld %ld", &pages, &res) != 2) return -1;
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static inline long hwm_kib(void) /* peak resident set, VmHWM from /proc/self/status */
+{
+    char buf[4096];
+    const char *p;
+    if (!read_proc("/proc/self/status", buf, sizeof buf) || !(p = strstr(buf, "VmHWM:"))) return -1;
+    return strtol(p + 6, NULL, 10);
+}
+
+/* Prints "check=ok|FAIL" at the end of the result line; returns the exit code. */
+static inline int bench_finish(int ok)
+{
+    printf(" check=%s\n", ok ? "ok" : "FAIL");
+    fflush(stdout);
+    return ok ? 0 : 1;
+}
+
+#endif

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# bench/run.sh - run every workload under hakmem and each installed peer
+# allocator (glibc, mimalloc, jemalloc, tcmalloc), switched by LD_PRELOAD,
+# interleaved (A B C D, A B C D, ...), and write bench/results/latest.{md,csv,png}.
+#
+#   bench/run.sh --quick          1 round, small sizes (< 1 minute)
+#   bench/run.sh --full           5 rounds, reference sizes (appends history.md)
+#   options: --rounds N  --build DIR (default: build)  --out DIR (default: bench/results)
+#            --only "larson memory ..."  (workload names)   --no-fastpath
+#
+# Workloads come from BUILD/bench/ (built by CMake); if they are missing they
+# are compiled here with cc.  Progress goes to stderr, one line per run.
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MODE=quick ROUNDS= BUILD=$ROOT/build OUT=$ROOT/bench/results ONLY= FASTPATH=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) MODE=quick ;;
+    --full) MODE=full ;;
+    --rounds) ROUNDS=$2; shift ;;
+    --build) BUILD=$(cd "$2" && pwd); shift ;;
+    --out) OUT=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    --no-fastpath) FASTPATH=0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$ROUNDS" ] || { [ $MODE = full ] && ROUNDS=5 || ROUNDS=1; }
+BIN=$BUILD/bench
+mkdir -p "$OUT"
+WORKLOADS="larson random_mixed mid_large_mt memory cross_thread realloc large fastpath"
+
+# ---- workloads: build them with cc if CMake has not -------------------------
+for w in $WORKLOADS; do
+  if [ ! -x "$BIN/$w" ] || [ "$ROOT/bench/$w.c" -nt "$BIN/$w" ] || [ "$ROOT/bench/bench.h" -nt "$BIN/$w" ]; then
+    mkdir -p "$BIN"
+    echo "run.sh: compiling $w with cc" >&2
+    cc -std=gnu11 -O2 -Wall -fno-builtin-malloc -fno-builtin-free -fno-builtin-realloc -fno-builtin-calloc \
+      -o "$BIN/$w" "$ROOT/bench/$w.c" -pthread -ldl -lm || exit 1
+  fi
+done
+
+# Snapshot the binaries (and below, libhakmem.so): a rebuild of build/ while
+# this runs must neither break the run nor mix two versions in one table.
+TMP=$(mktemp -d)
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/bin"
+for w in $WORKLOADS; do cp "$BIN/$w" "$TMP/bin/$w" || exit 1; done
+BIN=$TMP/bin
+HAKMEM_LIB=
+[ -e "$BUILD/libhakmem.so" ] && cp -L "$BUILD/libhakmem.so" "$TMP/libhakmem.so" && HAKMEM_LIB=$TMP/libhakmem.so
+
+# ---- allocators -----------------------------------------------------------
+find_lib() { # soname, then fixed Debian paths
+  local so=$1 p
+  p=$(ldconfig -p 2>/dev/null | awk -v so="$so" '$1 == so && /x86-64|x86_64|64bit/ {print $NF; exit}')
+  [ -z "$p" ] && for d in /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib; do
+    [ -e "$d/$so" ] && { p=$d/$so; break; }
+  done
+  echo "$p"
+}
+ALLOCS=() LIBS=() SKIPPED=()
+add_alloc() { # name path-or-empty(glibc) reason-if-missing
+  local name=$1 lib=$2
+  if [ "$name" != glibc ]; then
+    if [ -z "$lib" ] || [ ! -e "$lib" ]; then SKIPPED+=("$name ($3)"); return; fi
+    if LD_PRELOAD=$lib "$BIN/fastpath" size=8 iters=1 2>&1 | grep -q 'cannot be preloaded\|error while loading'; then
+      SKIPPED+=("$name ($lib cannot be preloaded)"); return
+    fi
+  fi
+  ALLOCS+=("$name") LIBS+=("$lib")
+}
+add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
+add_alloc glibc "" ""
+add_alloc mimalloc "$(find_lib libmimalloc.so.2)" "apt-get install libmimalloc-dev"
+add_alloc jemalloc "$(find_lib libjemalloc.so.2)" "apt-get install libjemalloc-dev"
+add_alloc tcmalloc "$(find_lib libtcmalloc_minimal.so.4)" "apt-get install libtcmalloc-minimal4"
+echo "run.sh: $MODE mode, $ROUNDS round(s); allocators: ${ALLOCS[*]}" >&2
+for s in "${SKIPPED[@]}"; do echo "run.sh: skipped $s" >&2; done
+
+# ---- cases: "workload|case label|arguments" ---------------------------------
+if [ $MODE = full ]; then
+  CASES=(
+    "larson|4 thr, 8-1024 B, 2 s|seconds=2 threads=4 min=8 max=1024 chunks=1000 rounds=100 seed=1"
+    "random_mixed|4 thr, 16-1024 B, 2048 slots|threads=4 slots=2048 steps=10000000 min=16 max=1024 seed=1"
+    "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 60k cycles|threads=4 cycles=60000 slots=256 seed=1"
+    "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 600k cycles|threads=4 cycles=600000 slots=256 seed=1"
+    "memory|1M x 16 B|count=1000000 size=16 settle_ms=1000"
+    "memory|10M x 16 B|count=10000000 size=16 settle_ms=1000"
+    "memory|100k x 1 KiB|count=100000 size=1024 settle_ms=1000"
+    "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=10000000 min=16 max=1024 ring=1024 seed=1"
+    "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=20 seed=1"
+    "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1")
+  FP_N1=1000 FP_N2=21000
+else # quick: same shapes, smaller counts (same parameters as the CTest quick forms)
+  CASES=(
+    "larson|4 thr, 8-1024 B, 0.5 s|seconds=0.5 threads=4 min=8 max=1024 chunks=1000 rounds=100 seed=1"
+    "random_mixed|4 thr, 16-1024 B, 2048 slots|threads=4 slots=2048 steps=2000000 min=16 max=1024 seed=1"
+    "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 60k cycles|threads=4 cycles=60000 slots=256 seed=1"
+    "memory|1M x 16 B|count=1000000 size=16 settle_ms=0"
+    "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=2000000 min=16 max=1024 ring=1024 seed=1"
+    "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=4 seed=1"
+    "large|64 KiB-64 MiB, 8 slots|iters=100 slots=8 min=65536 max=67108864 seed=1")
+  FP_N1=200 FP_N2=2200
+fi
+if [ -n "$ONLY" ]; then
+  KEEP=()
+  for c in "${CASES[@]}"; do [[ " $ONLY " == *" ${c%%|*} "* ]] && KEEP+=("$c"); done
+  CASES=("${KEEP[@]}")
+  [[ " $ONLY " == *" fastpath "* ]] || FASTPATH=0
+fi
+
+CSV=$OUT/latest.csv
+echo "mode,round,workload,case,allocator,status,exit,peak_rss_kib,wall_s,result" >"$CSV"
+csvq() { printf '"%s"' "${1//\"/\"\"}"; }
+
+# ---- timed runs, interleaved -------------------------------------------------
+total=$(( ROUNDS * ${#CASES[@]} * ${#ALLOCS[@]} )) n=0
+T0=$(date +%s)
+for r in $(seq 1 "$ROUNDS"); do
+  for c in "${CASES[@]}"; do
+    IFS='|' read -r w label args <<<"$c"
+    for i in "${!ALLOCS[@]}"; do
+      a=${ALLOCS[$i]} lib=${LIBS[$i]} n=$((n + 1))
+      t1=$(date +%s.%N)
+      # shellcheck disable=SC2086
+      /usr/bin/time -f %M -o "$TMP/rss" timeout 300 env LD_PRELOAD="$lib" "$BIN/$w" $args >"$TMP/out" 2>"$TMP/err"
+      rc=$?
+      wall=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+      res=$(grep '^bench=' "$TMP/out" | tail -1)
+      rss=$(tail -1 "$TMP/rss" 2>/dev/null)
+      [[ $rss =~ ^[0-9]+$ ]] || rss=
+      if [ $rc -eq 0 ] && [[ $res == *check=ok* ]]; then st=ok
+      elif [ $rc -eq 124 ]; then st=TIMEOUT
+      else st=FAIL; fi
+      [ $st = ok ] || res="$res $(tail -c 300 "$TMP/err" | tr '\n"' ' _')"
+      echo "$MODE,$r,$w,$(csvq "$label"),$a,$st,$rc,$rss,$(printf %.2f "$wall"),$(csvq "$res")" >>"$CSV"
+      fig=$(grep -o 'ops_per_sec=[0-9.]*\|overhead_pct=[-0-9.]*' <<<"$res" | head -1)
+      printf '[%3d/%d] round %d %-13s %-9s %-7s %s rss=%sK %.1fs\n' $n $total "$r" "$w" "$a" "$st" "$fig" "$rss" "$wall" >&2
+    done
+  done
+done
+
+# ---- fastpath instruction counts under callgrind (deterministic: parallel) ----
+if [ $FASTPATH = 1 ]; then
+  if ! command -v valgrind >/dev/null; then
+    echo "run.sh: valgrind not installed: no fastpath instruction counts" >&2
+  else
+    : >"$TMP/jobs"
+    for i in "${!ALLOCS[@]}"; do
+      for s in 32 512 8192; do
+        for it in $FP_N1 $FP_N2; do echo "$i $s $it" >>"$TMP/jobs"; done
+      done
+    done
+    export BIN TMP
+    fp_job() {
+      local i=$1 s=$2 it=$3 lib=$4
+      LD_PRELOAD="$lib" valgrind --tool=callgrind --trace-children=no --callgrind-out-file=/dev/null \
+        "$BIN/fastpath" size="$s" iters="$it" >"$TMP/fp.$i.$s.$it" 2>&1
+      echo "rc=$?" >>"$TMP/fp.$i.$s.$it"
+    }
+    export -f fp_job
+    while read -r i s it; do printf '%s\0%s\0%s\0%s\0' "$i" "$s" "$it" "${LIBS[$i]}"; done <"$TMP/jobs" |
+      xargs -0 -n 4 -P "$(nproc)" bash -c 'fp_job "$@"' _
+    for i in "${!ALLOCS[@]}"; do
+      a=${ALLOCS[$i]}
+      for s in 32 512 8192; do
+        f1=$TMP/fp.$i.$s.$FP_N1 f2=$TMP/fp.$i.$s.$FP_N2
+        c1=$(grep -o 'Collected : [0-9]*' "$f1" | grep -o '[0-9]*$') c2=$(grep -o 'Collected : [0-9]*' "$f2" | grep -o '[0-9]*$')
+        if [ -n "$c1" ] && [ -n "$c2" ] && grep -q check=ok "$f1" && grep -q check=ok "$f2"; then
+          ipp=$(awk -v a="$c1" -v b="$c2" -v n=$((64 * (FP_N2 - FP_N1))) 'BEGIN { printf "%.1f", (b - a) / n }') st=ok
+        else
+          ipp= st=FAIL
+        fi
+        # the preload must apply inside valgrind: malloc must resolve into the preloaded library
+        lib=${LIBS[$i]}
+        if [ $st = ok ] && [ -n "$lib" ] && ! grep -q "malloc_from=$(basename "$lib")" "$f2"; then
+          st=FAIL; echo "run.sh: $a: LD_PRELOAD did not apply under valgrind ($(grep -o 'malloc_from=[^ ]*' "$f2"))" >&2
+        fi
+        res="bench=fastpath-callgrind size=$s iters1=$FP_N1 iters2=$FP_N2 collected1=$c1 collected2=$c2 instr_per_pair=$ipp $(grep -o 'malloc_from=[^ ]*' "$f2")"
+        echo "$MODE,1,fastpath,$(csvq "$s B"),$a,$st,,,,$(csvq "$res")" >>"$CSV"
+        printf '[fastpath] %-9s %5s B  %s instructions per malloc+free pair\n' "$a" "$s" "${ipp:-FAIL}" >&2
+      done
+    done
+  fi
+fi
+
+# ---- report --------------------------------------------------------------------
+MACHINE="nproc $(nproc); $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); kernel $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC')"
+VERSIONS="$(dpkg-query -W -f '${Package} ${Version}, ' libc6 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 2>/dev/null)hakmem $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo '+dirty')"
+SKIPS=$(IFS=';'; echo "${SKIPPED[*]:-}")
+python3 "$ROOT/bench/report.py" --csv "$CSV" --out "$OUT" --tmp "$TMP" --mode $MODE --rounds "$ROUNDS" \
+  --machine "$MACHINE" --versions "$VERSIONS" --skipped "$SKIPS" --seconds $(( $(date +%s) - T0 )) || exit 1
+if command -v gnuplot >/dev/null; then
+  gnuplot "$TMP/latest.gp" || echo "run.sh: gnuplot failed" >&2
+else
+  echo "run.sh: gnuplot not installed: no chart" >&2
+fi
+echo "run.sh: wrote $OUT/latest.md, latest.csv, latest.png ($(( $(date +%s) - T0 )) s)" >&2
+grep -q ',\(FAIL\|TIMEOUT\),' "$CSV" && { echo "run.sh: some runs FAILED (see table)" >&2; exit 1; }
+exit 0
