@@ -8,9 +8,23 @@ into FAIL, so a broken allocator can never show a figure."""
 import argparse, csv, os, statistics
 
 ap = argparse.ArgumentParser()
-for opt in ("csv", "out", "tmp", "mode", "rounds", "machine", "versions", "skipped", "seconds"):
+for opt in ("csv", "out", "tmp", "mode", "rounds", "machine", "versions", "skipped", "seconds", "readme", "latest"):
     ap.add_argument("--" + opt, default="")
 A = ap.parse_args()
+
+if A.readme:  # copy latest.md's header, summary and fast-path tables into the README's bench section
+    md = open(A.latest).read()
+    head = md.split("## Throughput detail")[0].replace("# hakmem benchmarks", "### Latest run")
+    head = head.replace("## Summary", "#### Summary").replace("Raw rows: latest.csv. Chart: latest.png.",
+                                                                "Details: bench/results/latest.md; chart: bench/results/latest.png.")
+    fast = md.split("## Fast path", 1)[1] if "## Fast path" in md else ""
+    body = head.rstrip() + ("\n\n#### Fast path" + fast.rstrip() if fast else "") + "\n\n![benchmark chart](bench/results/latest.png)\n"
+    readme = open(A.readme).read()
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    pre, rest = readme.split(begin, 1)
+    post = rest.split(end, 1)[1]
+    open(A.readme, "w").write(pre + begin + "\n" + body + end + post)
+    raise SystemExit(0)
 COLORS = {"hakmem": "#d62728", "glibc": "#7f7f7f", "mimalloc": "#1f77b4", "jemalloc": "#2ca02c", "tcmalloc": "#ff7f0e"}
 DESC = {
     "larson": "server simulation, blocks freed by the next thread",

@@ -84,14 +84,18 @@ for s in "${SKIPPED[@]}"; do echo "run.sh: skipped $s" >&2; done
 # ---- cases: "workload|case label|arguments" ---------------------------------
 if [ $MODE = full ]; then
   CASES=(
-    "larson|4 thr, 8-1024 B, 2 s|seconds=2 threads=4 min=8 max=1024 chunks=1000 rounds=100 seed=1"
-    "random_mixed|4 thr, 16-1024 B, 2048 slots|threads=4 slots=2048 steps=10000000 min=16 max=1024 seed=1"
+    "larson|1 thr, 8-1024 B, 1 s|seconds=1 threads=1 min=8 max=1024 chunks=1000 rounds=100 seed=1"
+    "larson|2 thr, 8-1024 B, 1 s|seconds=1 threads=2 min=8 max=1024 chunks=1000 rounds=100 seed=1"
+    "random_mixed|1 thr, 16-1024 B, 2048 slots|threads=1 slots=2048 steps=5000000 min=16 max=1024 seed=1"
+    "random_mixed|2 thr, 16-1024 B, 2048 slots|threads=2 slots=2048 steps=5000000 min=16 max=1024 seed=1"
     "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 60k cycles|threads=4 cycles=60000 slots=256 seed=1"
-    "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 600k cycles|threads=4 cycles=600000 slots=256 seed=1"
+    "mid_large_mt|1 thr, 8-32 KiB, 256 slots, 600k cycles|threads=1 cycles=600000 slots=256 seed=1"
+    "mid_large_mt|2 thr, 8-32 KiB, 256 slots, 300k cycles|threads=2 cycles=300000 slots=256 seed=1"
     "memory|1M x 16 B|count=1000000 size=16 settle_ms=1000"
     "memory|10M x 16 B|count=10000000 size=16 settle_ms=1000"
     "memory|100k x 1 KiB|count=100000 size=1024 settle_ms=1000"
-    "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=10000000 min=16 max=1024 ring=1024 seed=1"
+    "cross_thread|1 pair, 16-1024 B|pairs=1 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
+    "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=20 seed=1"
     "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1")
   FP_N1=1000 FP_N2=21000
@@ -200,5 +204,10 @@ else
   echo "run.sh: gnuplot not installed: no chart" >&2
 fi
 echo "run.sh: wrote $OUT/latest.md, latest.csv, latest.png ($(( $(date +%s) - T0 )) s)" >&2
+# A full run into the project's results also refreshes the table in the README.
+if [ $MODE = full ] && [ "$OUT" = "$ROOT/bench/results" ]; then
+  python3 "$ROOT/bench/report.py" --readme "$ROOT/README.md" --latest "$OUT/latest.md" &&
+    echo "run.sh: README.md table updated" >&2
+fi
 grep -q ',\(FAIL\|TIMEOUT\),' "$CSV" && { echo "run.sh: some runs FAILED (see table)" >&2; exit 1; }
 exit 0

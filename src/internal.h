@@ -65,27 +65,34 @@ enum {
 enum slab_kind { SLAB_NONE = 0, SLAB_SMALL, SLAB_LARGE };
 
 /* One descriptor per unit of a region. A slab spans one or more units; only
- * the head descriptor is used, the others point back to it by head_off. */
+ * the head descriptor is used, the others point back to it by head_off.
+ * Three cache lines, by who writes them: read-mostly fields every freeing
+ * thread reads, the owner's hot lists, and the remote list other threads
+ * push onto, so that producer and consumer threads do not fight over one
+ * line. */
 typedef struct slab_s {
-  block_t *free;                 /* the owner allocates from here */
-  uint32_t used;                 /* blocks handed out and not yet freed locally */
-  uint32_t bsize;                /* block size */
+  /* read-mostly */
   _Atomic uintptr_t owner;       /* heap address | SLAB_F_* */
-  block_t *local_free;           /* the owner frees into here */
-  _Atomic(block_t *) remote;     /* other threads push here */
-  char *bump;                    /* first never-used block */
-  char *end;                     /* end of the last whole block */
   uint32_t head_off;             /* bytes back to the head descriptor */
+  uint32_t bsize;                /* block size */
+  uint64_t recip;                /* ceil(2^48 / bsize): block index without a division */
+  char *end;                     /* end of the last whole block */
+  struct slab_s *next, *prev;    /* heap class queue */
+  uint32_t capacity;
   uint8_t cls;
   uint8_t kind;
   uint8_t units;
   uint8_t queued;                /* in the heap's class queue */
   uint8_t fresh;                 /* span memory is known to read as zeros */
-  /* cold */
-  struct slab_s *next, *prev;    /* heap class queue */
+  /* the owner's */
+  _Alignas(64) block_t *free;    /* the owner allocates from here */
+  block_t *local_free;           /* the owner frees into here */
+  uint32_t used;                 /* blocks handed out and not yet freed locally */
+  char *bump;                    /* first never-used block (read by remote frees) */
+  /* other threads' */
+  _Alignas(64) _Atomic(block_t *) remote; /* other threads push here */
   struct slab_s *remote_next;    /* heap's stack of slabs with remote frees */
-  uint32_t capacity;
-} __attribute__((aligned(128))) slab_t;
+} slab_t;
 
 /* ---- regions ------------------------------------------------------------ */
 

@@ -14,6 +14,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
   s->used = 0;
   s->bsize = (uint32_t)bsize;
+  s->recip = (((uint64_t)1 << 48) + bsize - 1) / bsize;
   s->cls = (uint8_t)cls;
   s->kind = SLAB_SMALL;
   s->queued = 0;
@@ -88,5 +89,7 @@ bool slab_is_block(const slab_t *s, const void *p) {
   if ((const char *)p < start) return false;
   size_t off = (size_t)((const char *)p - start);
   if (s->kind == SLAB_LARGE) return off == 0;
-  return off % s->bsize == 0 && (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
+  /* off < 512 KiB and bsize < 64 KiB keep the reciprocal exact */
+  uint64_t index = (off * s->recip) >> 48;
+  return index * s->bsize == off && (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
 }
