@@ -230,6 +230,12 @@ HAK_API int hak_malloc_trim(size_t pad) {
   return n > 0;
 }
 
+bool hak_release_cached(void) {
+  size_t n = huge_trim();
+  n += region_pool_unmap();
+  return n > 0;
+}
+
 HAK_API int hak_mallopt(int param, int value) { return 1; }
 
 HAK_API void hak_malloc_stats(void) { hak_stats_print(2); }

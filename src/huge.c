@@ -148,7 +148,9 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   if (cached) {
     stat_inc(huge_cache_hits);
   } else {
-    base = os_map_aligned(map_size, kind == MAP_HUGE ? REGION_SIZE : align);
+    size_t map_align = kind == MAP_HUGE ? REGION_SIZE : align;
+    base = os_map_aligned(map_size, map_align);
+    if (base == NULL && hak_release_cached()) base = os_map_aligned(map_size, map_align);
     if (base == NULL) return NULL;
     if (region_map_index(base + map_size) >= MAP_ENTRIES) {
       os_unmap(base, map_size);

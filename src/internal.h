@@ -137,6 +137,10 @@ bool region_span_grow(region_t *r, slab_t *s, size_t units);
 size_t region_purge(region_t *r);
 bool region_purge_due(region_t *r, uint64_t now, uint64_t delay);
 bool region_pool_purge_due(uint64_t now, uint64_t delay);
+size_t region_pool_unmap(void);
+/* Out of address space: unmaps every cache (region pool, BigCache) so that a
+ * retried mapping may succeed. Returns whether anything was unmapped. */
+bool hak_release_cached(void);
 void region_map_set(const void *p, uint8_t kind);
 
 /* ---- locks -------------------------------------------------------------- */

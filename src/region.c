@@ -46,6 +46,7 @@ region_t *region_alloc(heap_t *heap) {
     stat_inc(regions_reused);
   } else {
     r = os_map_aligned(REGION_SIZE, REGION_SIZE);
+    if (r == NULL && hak_release_cached()) r = os_map_aligned(REGION_SIZE, REGION_SIZE);
     if (r == NULL) return NULL;
     if (region_map_index(r) >= MAP_ENTRIES) { /* beyond the map: unusable */
       os_unmap(r, REGION_SIZE);
@@ -101,6 +102,21 @@ void region_release(region_t *r) {
   }
   hak_unlock(&hak_lock_regions);
   if (r) region_unmap(r);
+}
+
+/* Unmaps every pooled region; returns the bytes unmapped. */
+size_t region_pool_unmap(void) {
+  hak_lock(&hak_lock_regions);
+  region_t *list = pool;
+  pool = NULL;
+  pool_count = 0;
+  hak_unlock(&hak_lock_regions);
+  size_t n = 0;
+  for (region_t *next; list; list = next, n += REGION_SIZE) {
+    next = list->next;
+    region_unmap(list);
+  }
+  return n;
 }
 
 /* Purges pooled regions dirty for at least delay ms; returns whether dirty
