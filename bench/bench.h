@@ -164,6 +164,40 @@ static inline long hwm_kib(void) /* peak resident set, VmHWM from /proc/self/sta
 }
 
 /* Prints "check=ok|FAIL" at the end of the result line; returns the exit code. */
+/* Threads that each run fn(worker) and count their operations. */
+#include <pthread.h>
+typedef struct {
+    int id, failed;
+    uint64_t ops;
+    pthread_t th;
+} worker_t;
+
+/* Runs fn on `threads` workers; returns whether none failed, with the total
+ * operations and the wall time. */
+static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, double *elapsed)
+{
+    worker_t *w = calloc((size_t)threads, sizeof *w);
+    if (!w) return 0;
+    int ok = 1;
+    double t0 = now_sec();
+    for (int t = 0; t < threads; t++) {
+        w[t].id = t;
+        if (pthread_create(&w[t].th, NULL, fn, &w[t]) != 0) {
+            w[t].failed = 1;
+            w[t].th = 0;
+        }
+    }
+    *ops = 0;
+    for (int t = 0; t < threads; t++) {
+        if (w[t].th) pthread_join(w[t].th, NULL);
+        *ops += w[t].ops;
+        ok &= !w[t].failed;
+    }
+    *elapsed = now_sec() - t0;
+    free(w);
+    return ok;
+}
+
 static inline int bench_finish(int ok)
 {
     printf(" check=%s\n", ok ? "ok" : "FAIL");

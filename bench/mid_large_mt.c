@@ -16,12 +16,6 @@
 #include "bench.h"
 #include <pthread.h>
 
-typedef struct {
-    int id, failed;
-    uint64_t ops;
-    pthread_t th;
-} worker_t;
-
 static size_t g_slots, g_min, g_max;
 static uint64_t g_cycles, g_seed;
 
@@ -85,25 +79,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "mid_large_mt: bad parameters\n");
         return 2;
     }
-    worker_t *w = calloc((size_t)threads, sizeof *w);
-    if (!w) return 1;
-    double t0 = now_sec();
-    int ok = 1;
-    for (int t = 0; t < threads; t++) {
-        w[t].id = t;
-        if (pthread_create(&w[t].th, NULL, run, &w[t]) != 0) {
-            w[t].failed = 1;
-            w[t].th = 0;
-        }
-    }
-    uint64_t ops = 0;
-    for (int t = 0; t < threads; t++) {
-        if (w[t].th) pthread_join(w[t].th, NULL);
-        ops += w[t].ops;
-        ok &= !w[t].failed;
-    }
-    double elapsed = now_sec() - t0;
-    free(w);
+    uint64_t ops;
+    double elapsed;
+    int ok = run_workers(threads, run, &ops, &elapsed);
     printf("bench=mid-large-mt threads=%d cycles=%llu slots=%zu min=%zu max=%zu seconds=%.3f ops=%llu ops_per_sec=%.0f",
            threads, (unsigned long long)g_cycles, g_slots, g_min, g_max, elapsed, (unsigned long long)ops,
            ops / elapsed);
