@@ -177,6 +177,8 @@ typedef struct {
 static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, double *elapsed)
 {
     worker_t *w = calloc((size_t)threads, sizeof *w);
+    *ops = 0;
+    *elapsed = 0;
     if (!w) return 0;
     int ok = 1;
     double t0 = now_sec();
@@ -187,7 +189,6 @@ static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, d
             w[t].th = 0;
         }
     }
-    *ops = 0;
     for (int t = 0; t < threads; t++) {
         if (w[t].th) pthread_join(w[t].th, NULL);
         *ops += w[t].ops;
