@@ -1,0 +1,211 @@
+/* test_memory.c - memory goes back to the OS, measured from /proc/self/statm.
+ *
+ *   purge    blocks of every pool (about 300 MiB) are written and freed; with
+ *            no further call, resident memory must fall back to within 4 MiB
+ *            of where it started within one second (the background purger).
+ *   trim     the same with purging off (HAKMEM_PURGE_DELAY_MS=-1, set by
+ *            CTest): memory stays resident until malloc_trim(0), which must
+ *            bring it back within 4 MiB at once.
+ *   threads  10,000 threads each allocate (a few hundred KiB) and exit;
+ *            resident memory after the last must be within 8 MiB of what it
+ *            was after the first thousand (exited threads' memory is reused).
+ *   churn    grow to 256 MiB of mixed sizes, free it all, five times: peak
+ *            resident memory at most 1.1x the live bytes, and resident memory
+ *            at the end under 10 % of the peak.
+ *   bigcache 40 huge blocks of 16 MiB freed at once: what the cache keeps
+ *            stays within HAKMEM_BIGCACHE_MB (32, set by CTest) and is gone
+ *            after its age (HAKMEM_BIGCACHE_AGE_MS).
+ *
+ * usage: test_memory purge|trim|threads|churn|bigcache
+ */
+#include "testutil.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#define MiB ((size_t)1 << 20)
+
+static size_t mib(size_t bytes) { return bytes / MiB; }
+
+/* Allocates about `total` bytes in blocks of every pool, writing each. */
+static size_t fill_pools(void **slots, size_t max_slots, size_t total, uint64_t seed)
+{
+  static const size_t sizes[] = {16, 64, 200, 1000, 4096, 20000, 100000, 600000, 3 << 20};
+  size_t n = 0, bytes = 0;
+  while (bytes < total && n < max_slots) {
+    size_t sz = sizes[tu_xorshift(&seed) % (sizeof sizes / sizeof *sizes)];
+    void *p = A(malloc)(sz);
+    CHECKF(p != NULL, "malloc(%zu) failed", sz);
+    memset(p, 0x5a, sz);
+    slots[n++] = p;
+    bytes += sz;
+  }
+  return n;
+}
+
+static void free_all(void **slots, size_t n)
+{
+  for (size_t i = 0; i < n; i++) A(free)(slots[i]);
+}
+
+/* Waits up to `ms` for resident memory to fall to at most `limit`. */
+static size_t wait_rss_below(size_t limit, int ms)
+{
+  size_t rss = tu_rss();
+  for (int waited = 0; rss > limit && waited < ms; waited += 20) {
+    usleep(20000);
+    rss = tu_rss();
+  }
+  return rss;
+}
+
+static void **slot_array(size_t n)
+{
+  void **s = mmap(NULL, n * sizeof *s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(s != MAP_FAILED);
+  return s;
+}
+
+static void test_purge(void)
+{
+  size_t max = 1 << 20;
+  void **slots = slot_array(max);
+  size_t base = tu_rss();
+  size_t n = fill_pools(slots, max, 300 * MiB, 1);
+  size_t full = tu_rss();
+  CHECKF(full > base + 250 * MiB, "only %zu MiB resident after writing 300 MiB", mib(full - base));
+  double t0 = tu_now();
+  free_all(slots, n);
+  size_t slot_pages = max * sizeof *slots; /* touched by the test itself */
+  size_t rss = wait_rss_below(base + slot_pages + 4 * MiB, 1000);
+  double took = tu_now() - t0;
+  CHECKF(rss <= base + slot_pages + 4 * MiB, "resident %zu MiB above the start 1 s after freeing %zu MiB",
+         mib(rss - base - slot_pages), mib(full - base));
+  printf("test_memory purge: %zu MiB freed, back within 4 MiB of the start in %.2f s: OK\n", mib(full - base), took);
+}
+
+static void test_trim(void)
+{
+  size_t max = 1 << 20;
+  void **slots = slot_array(max);
+  size_t base = tu_rss();
+  size_t n = fill_pools(slots, max, 300 * MiB, 2);
+  size_t full = tu_rss();
+  free_all(slots, n);
+  usleep(300000);
+  size_t kept = tu_rss();
+  CHECKF(kept > base + 100 * MiB, "with purging off, only %zu MiB stayed resident after the frees", mib(kept - base));
+  CHECK(A(malloc_trim)(0) == 1);
+  size_t slot_pages = max * sizeof *slots;
+  size_t rss = tu_rss();
+  CHECKF(rss <= base + slot_pages + 4 * MiB, "malloc_trim(0) left %zu MiB above the start",
+         mib(rss - base - slot_pages));
+  printf("test_memory trim: %zu MiB kept without purging, %zu MiB after malloc_trim(0): OK\n", mib(kept - base),
+         mib(rss > base + slot_pages ? rss - base - slot_pages : 0));
+  (void)full;
+}
+
+static void *thread_body(void *arg)
+{
+  uint64_t seed = (uintptr_t)arg + 1;
+  void *keep[64];
+  size_t n = 0;
+  for (int i = 0; i < 400; i++) {
+    size_t sz = 16 + tu_xorshift(&seed) % 2000;
+    void *p = A(malloc)(sz);
+    CHECK(p != NULL);
+    memset(p, 1, sz);
+    if (n < 64 && (i & 7) == 0) keep[n++] = p;
+    else A(free)(p);
+  }
+  void *big = A(malloc)(200000);
+  CHECK(big != NULL);
+  memset(big, 2, 200000);
+  A(free)(big);
+  while (n) A(free)(keep[--n]); /* the rest stays live in slabs the next thread adopts */
+  return NULL;
+}
+
+static void test_threads(void)
+{
+  size_t after_first = 0;
+  for (int t = 0; t < 10000; t += 4) {
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, thread_body, (void *)(uintptr_t)(t + i)) == 0);
+    for (int i = 0; i < 4; i++) CHECK(pthread_join(th[i], NULL) == 0);
+    if (t + 4 == 1000) after_first = tu_rss();
+  }
+  size_t end = tu_rss();
+  CHECKF(end <= after_first + 8 * MiB, "resident grew from %zu MiB (1000 threads) to %zu MiB (10000 threads)",
+         mib(after_first), mib(end));
+  printf("test_memory threads: 10000 threads, resident %zu MiB after 1000, %zu MiB after 10000: OK\n",
+         mib(after_first), mib(end));
+}
+
+static void test_churn(void)
+{
+  size_t max = 1 << 20;
+  void **slots = slot_array(max);
+  size_t base = tu_rss(), peak = 0, live = 0;
+  for (int round = 0; round < 5; round++) {
+    uint64_t seed = (uint64_t)round + 10;
+    size_t n = 0;
+    live = 0;
+    while (live < 256 * MiB && n < max) {
+      size_t r = tu_xorshift(&seed) % 100;
+      size_t sz = r < 70 ? 16 + tu_xorshift(&seed) % 1000 : r < 95 ? 1024 + tu_xorshift(&seed) % 31000
+                                                                     : 32768 + tu_xorshift(&seed) % (4 << 20);
+      void *p = A(malloc)(sz);
+      CHECK(p != NULL);
+      memset(p, 3, sz);
+      slots[n++] = p;
+      live += sz;
+      if ((n & 1023) == 0) {
+        size_t rss = tu_rss() - base;
+        if (rss > peak) peak = rss;
+      }
+    }
+    size_t rss = tu_rss() - base;
+    if (rss > peak) peak = rss;
+    free_all(slots, n);
+  }
+  size_t slot_pages = max * sizeof *slots;
+  size_t end = wait_rss_below(base + slot_pages + peak / 10, 1000) - base;
+  CHECKF(peak <= live + live / 10 + slot_pages, "peak resident %zu MiB for %zu MiB live", mib(peak), mib(live));
+  CHECKF(end <= peak / 10, "resident %zu MiB at the end, peak %zu MiB", mib(end), mib(peak));
+  printf("test_memory churn: 5 x %zu MiB live, peak resident %zu MiB, end %zu MiB: OK\n", mib(live), mib(peak),
+         mib(end));
+}
+
+static void test_bigcache(void)
+{
+  void *blocks[40];
+  size_t base = tu_rss();
+  for (int i = 0; i < 40; i++) {
+    blocks[i] = A(malloc)(16 * MiB);
+    CHECK(blocks[i] != NULL);
+    memset(blocks[i], 4, 16 * MiB);
+  }
+  for (int i = 0; i < 40; i++) A(free)(blocks[i]);
+  size_t kept = tu_rss() > base ? tu_rss() - base : 0;
+  CHECKF(kept <= 32 * MiB + 4 * MiB, "%zu MiB stayed resident with a 32 MiB BigCache", mib(kept));
+  size_t rss = wait_rss_below(base + 4 * MiB, 1500);
+  CHECKF(rss <= base + 4 * MiB, "%zu MiB still resident after the cache's age", mib(rss - base));
+  printf("test_memory bigcache: %zu MiB kept after freeing 640 MiB, gone after its age: OK\n", mib(kept));
+}
+
+int main(int argc, char **argv)
+{
+  const char *what = argc > 1 ? argv[1] : "";
+  if (!strcmp(what, "purge")) test_purge();
+  else if (!strcmp(what, "trim")) test_trim();
+  else if (!strcmp(what, "threads")) test_threads();
+  else if (!strcmp(what, "churn")) test_churn();
+  else if (!strcmp(what, "bigcache")) test_bigcache();
+  else {
+    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache\n");
+    return 2;
+  }
+  return 0;
+}
