@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all configure test bench bench-quick install clean
+.PHONY: all configure test bench bench-quick install clean test-real stress fuzz
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
@@ -24,3 +24,16 @@ install: all
 
 clean:
 	rm -rf $(BUILD)
+
+# Real programs under LD_PRELOAD, output compared (tests/real/run.sh).
+test-real: all
+	bash tests/real/run.sh $(BUILD)/libhakmem.so
+
+# larson and test_stress, STRESS_RUNS (default 20) runs each (tests/stress.sh).
+stress: all
+	bash tests/stress.sh $(BUILD)
+
+# libFuzzer target with clang for FUZZ_SECONDS (default 60) seconds.
+FUZZ_SECONDS ?= 60
+fuzz:
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(BUILD)/fuzz

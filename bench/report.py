@@ -5,7 +5,7 @@ gnuplot script for latest.png, and (full mode) one line in history.md.
 Medians and bests per (workload, case, allocator); ratios against hakmem (or
 glibc when hakmem was not built).  Any failed or timed-out run turns its cell
 into FAIL, so a broken allocator can never show a figure."""
-import argparse, csv, os, statistics
+import argparse, csv, math, os, statistics
 
 ap = argparse.ArgumentParser()
 for opt in ("csv", "out", "tmp", "mode", "rounds", "machine", "versions", "skipped", "seconds", "readme", "latest"):
@@ -25,7 +25,7 @@ if A.readme:  # copy latest.md's header, summary and fast-path tables into the R
     post = rest.split(end, 1)[1]
     open(A.readme, "w").write(pre + begin + "\n" + body + end + post)
     raise SystemExit(0)
-COLORS = {"hakmem": "#d62728", "glibc": "#7f7f7f", "mimalloc": "#1f77b4", "jemalloc": "#2ca02c", "tcmalloc": "#ff7f0e"}
+COLORS = {"hakmem": "#d62728", "hakmem-secure": "#ff9896", "glibc": "#7f7f7f", "mimalloc": "#1f77b4", "jemalloc": "#2ca02c", "tcmalloc": "#ff7f0e"}
 DESC = {
     "larson": "server simulation, blocks freed by the next thread",
     "random_mixed": "random malloc/free mix, private slots",
@@ -109,6 +109,17 @@ for key in speed + memory:
         else:
             cells.append(f"{s['med']:.1f} %")
     L.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+
+if "hakmem-secure" in allocs and ref == "hakmem":  # the price of the hardened build
+    ratios = []
+    for key in speed:
+        sec, base = stat(key, "hakmem-secure", "ops_per_sec"), stat(key, "hakmem", "ops_per_sec")
+        if sec and base and sec["med"] and base["med"] and not sec["fails"] and not base["fails"]:
+            ratios.append(sec["med"] / base["med"])
+    if ratios:
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        L += ["", f"Secure build (libhakmem-secure.so): geometric mean of its median throughput over hakmem's, "
+                  f"{len(ratios)} rows: **{geo:.3f}** ({(1 - geo) * 100:.1f} % slower)."]
 
 L += ["", "## Throughput detail", "",
       "ops/s: larson, mid_large_mt = free+malloc replacements; random_mixed = mallocs (each freed); "

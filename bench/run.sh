@@ -50,8 +50,10 @@ trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/bin"
 for w in $WORKLOADS; do cp "$BIN/$w" "$TMP/bin/$w" || exit 1; done
 BIN=$TMP/bin
-HAKMEM_LIB=
+HAKMEM_LIB= SECURE_LIB=
 [ -e "$BUILD/libhakmem.so" ] && cp -L "$BUILD/libhakmem.so" "$TMP/libhakmem.so" && HAKMEM_LIB=$TMP/libhakmem.so
+[ -e "$BUILD/libhakmem-secure.so" ] && cp -L "$BUILD/libhakmem-secure.so" "$TMP/libhakmem-secure.so" &&
+  SECURE_LIB=$TMP/libhakmem-secure.so
 
 # ---- allocators -----------------------------------------------------------
 find_lib() { # soname, then fixed Debian paths
@@ -74,6 +76,7 @@ add_alloc() { # name path-or-empty(glibc) reason-if-missing
   ALLOCS+=("$name") LIBS+=("$lib")
 }
 add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
+add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)"
 add_alloc glibc "" ""
 add_alloc mimalloc "$(find_lib libmimalloc.so.2)" "apt-get install libmimalloc-dev"
 add_alloc jemalloc "$(find_lib libjemalloc.so.2)" "apt-get install libjemalloc-dev"

@@ -21,7 +21,7 @@ static hak_noinline void *alloc_slow(heap_t *heap, size_t size, size_t align, bo
   }
   void *p = NULL;
   if (size <= SMALL_MAX && align <= MIN_ALIGN) {
-    p = heap_alloc_small_slow(heap, size_class(size));
+    p = heap_alloc_small_slow(heap, size_class(secure_min_size(size)));
     if (p && zero) memset(p, 0, size);
   } else if (size <= LARGE_MAX && align <= REGION_SIZE / 2) {
     p = large_alloc(heap, size, align, zero);
@@ -35,18 +35,14 @@ static hak_noinline void *alloc_slow(heap_t *heap, size_t size, size_t align, bo
 
 hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
   slab_t *s = heap->active[cls];
-  block_t *b = s->free;
-  if (likely(b != NULL)) {
-    s->free = b->next;
-    s->used++;
-    return b;
-  }
+  if (likely(s->free != NULL)) return slab_pop(s);
   return NULL;
 }
 
 hak_inline void *alloc_inline(size_t size) {
   heap_t *heap = heap_get();
   void *p = NULL;
+  size = secure_min_size(size);
   if (likely(size <= TINY_MAX)) p = alloc_small(heap, hak_tiny_class[(size + 7) >> 3]);
   else if (size <= SMALL_MAX) p = alloc_small(heap, hak_mid_class[(size + 127) >> 7]);
   if (likely(p != NULL)) return p;
@@ -66,6 +62,7 @@ static hak_noinline void free_slow(heap_t *heap, void *p) {
     return;
   }
   bool local = slab_heap(s) == heap;
+  if (s->kind == SLAB_SMALL) secure_on_free(s, p);
   stat_free(s->kind == SLAB_LARGE ? STAT_ROW_LARGE : s->cls, s->bsize, local);
   if (!local) slab_free_remote(s, p);
   else if (s->kind == SLAB_LARGE) large_free(heap, s);
@@ -78,7 +75,8 @@ hak_inline void free_inline(void *p) {
     slab_t *s = slab_of(p);
     if (likely(slab_owner(s) == (uintptr_t)heap)) {
       block_t *b = p;
-      b->next = s->local_free;
+      secure_on_free(s, b);
+      block_set_next(s, b, s->local_free);
       s->local_free = b;
       if (unlikely(--s->used == 0)) heap_slab_empty(heap, s);
       return;
@@ -129,7 +127,7 @@ HAK_API void *hak_calloc(size_t count, size_t size) {
   }
   heap_t *heap = heap_get();
   if (likely(total <= SMALL_MAX)) {
-    void *p = alloc_small(heap, size_class(total));
+    void *p = alloc_small(heap, size_class(secure_min_size(total)));
     if (likely(p != NULL)) return memset(p, 0, total);
   }
   return alloc_slow(heap, total, 0, true);

@@ -168,7 +168,7 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
     atomic_fetch_and_explicit(&s->owner, ~(uintptr_t)SLAB_F_FULL, memory_order_relaxed);
     queue_push(heap, s);
   }
-  b->next = s->local_free;
+  block_set_next(s, b, s->local_free);
   s->local_free = b;
   if (--s->used == 0) heap_slab_empty(heap, s);
 }
@@ -202,9 +202,7 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
 void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
   slab_t *s = heap_find_slab(heap, cls);
   if (s == NULL) return NULL;
-  block_t *b = s->free;
-  s->free = b->next;
-  s->used++;
+  block_t *b = slab_pop(s);
   if (likely(!hak_stats_enabled)) heap->active[cls] = s;
   stat_alloc(cls, s->bsize);
   return b;

@@ -137,6 +137,7 @@ static void cache_put(char *base, size_t size) {
 
 void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t page = os_page_size();
+  if (size == 0) size = 1; /* the block must lie inside its mapping */
   if (align < page) align = page;
   size_t offset = align, map_size = offset + size + page - 1;
   if (size > ((size_t)1 << ADDRESS_BITS) || map_size < size) return NULL;
@@ -212,11 +213,14 @@ void *huge_realloc(void *p, size_t size) {
   } else if (os_remap(h, old, need, NULL) == NULL) {
     char *to = os_map_aligned(need, REGION_SIZE);
     if (to == NULL) return NULL;
+    /* Unmark first: once moved, the old range may be mapped (and marked) by
+     * another thread at once. */
+    region_map_set(p, MAP_NONE);
     if (os_remap(h, old, need, to) == NULL) {
+      region_map_set(p, MAP_HUGE);
       os_unmap(to, need);
       return NULL;
     }
-    region_map_set(p, MAP_NONE);
     h = (huge_header_t *)to;
     h->block = to + offset;
     region_map_set(h->block, MAP_HUGE);

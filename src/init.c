@@ -54,9 +54,41 @@ __attribute__((destructor)) static void hak_destructor(void) {
   if (hak_stats_enabled) hak_stats_print(2);
 }
 
+static void write_pointer_line(const char *what, const char *problem, const void *p) {
+  os_out_t o = {.fd = 2};
+  os_out_str(&o, "hakmem: ");
+  os_out_str(&o, what);
+  os_out_str(&o, ": ");
+  os_out_hex(&o, (uintptr_t)p);
+  os_out_str(&o, problem);
+  os_out_flush(&o);
+}
+
+void secure_fail(const char *what, const void *p) {
+  write_pointer_line(what, " (secure build: aborting)\n", p);
+  abort();
+}
+
+/* A SplitMix64 stream from a kernel seed: keys and shuffles of the secure
+ * build. */
+uint64_t secure_random(void) {
+  static _Atomic uint64_t state;
+  uint64_t s = atomic_load_explicit(&state, memory_order_relaxed);
+  if (s == 0) {
+    uint64_t seed = os_random_seed() | 1, expected = 0;
+    atomic_compare_exchange_strong(&state, &expected, seed);
+  }
+  uint64_t z = atomic_fetch_add_explicit(&state, 0x9E3779B97F4A7C15ull, memory_order_relaxed);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 void hak_report_bad_pointer(const char *what, const void *p) {
   static _Atomic int reported;
   stat_inc(bad_frees);
+  if (HAKMEM_SECURE) secure_fail(what[0] == 'f' ? "free of a pointer that is not a live block" :
+                                                  "realloc of a pointer that is not a live block", p);
   if (!hak_option_on(OPT_SHOW_ERRORS) || atomic_exchange(&reported, 1)) return;
   os_out_t o = {.fd = 2};
   os_out_str(&o, "hakmem: ");

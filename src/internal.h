@@ -15,6 +15,10 @@
 #include "hakmem.h"
 #include "os.h"
 
+#ifndef HAKMEM_SECURE
+#define HAKMEM_SECURE 0
+#endif
+
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define hak_noinline __attribute__((noinline))
@@ -76,6 +80,7 @@ typedef struct slab_s {
   uint32_t head_off;             /* bytes back to the head descriptor */
   uint32_t bsize;                /* block size */
   uint64_t recip;                /* ceil(2^48 / bsize): block index without a division */
+  uint64_t key;                  /* secure build: free-list encoding key */
   char *end;                     /* end of the last whole block */
   struct slab_s *next, *prev;    /* heap class queue */
   uint32_t capacity;
@@ -99,6 +104,9 @@ typedef struct slab_s {
 typedef struct heap_s heap_t;
 
 typedef struct region_s {
+#if HAKMEM_SECURE
+  char guard[4096];              /* PROT_NONE: nothing runs into the header from below */
+#endif
   slab_t slabs[REGION_UNITS];    /* slabs[0] describes the header unit itself */
   uint64_t free_units;           /* bit i: unit i belongs to no slab */
   uint64_t dirty_units;          /* free units that may still be resident */
@@ -128,6 +136,8 @@ hak_inline char *slab_start(const slab_t *s) {
   region_t *r = region_of(s);
   return (char *)r + (size_t)(s - r->slabs) * UNIT_SIZE;
 }
+
+#include "secure.h"
 
 region_t *region_alloc(heap_t *heap);
 void region_release(region_t *r);

@@ -24,7 +24,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   if (s == NULL) return NULL;
   s->kind = SLAB_LARGE;
   s->cls = 0;
-  s->bsize = (uint32_t)page_round(size);
+  s->bsize = (uint32_t)page_round(size ? size : 1);
   s->capacity = 1;
   s->used = 1;
   s->free = s->local_free = NULL;

@@ -106,6 +106,20 @@ void *os_map_aligned(size_t size, size_t align) {
   return aligned;
 }
 
+bool os_protect_none(void *p, size_t size) {
+  return !failed(SYS(SYS_mprotect, p, size, PROT_NONE, 0, 0, 0));
+}
+
+uint64_t os_random_seed(void) {
+  uint64_t v = 0;
+  if (failed(SYS(SYS_getrandom, &v, sizeof v, 0, 0, 0, 0)) || v == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uintptr_t)&v;
+  }
+  return v;
+}
+
 void os_unmap(void *p, size_t size) {
   if (size) MAP_CALL(SYS_munmap, p, size, 0, 0, 0, 0);
 }

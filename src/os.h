@@ -24,6 +24,10 @@
 /* Maps size bytes of zeroed read-write memory aligned to align (a power of
  * two, at least the page size). Returns NULL when the OS refuses. */
 void *os_map_aligned(size_t size, size_t align);
+/* Makes [p, p+size) inaccessible (a guard); page-aligned. */
+bool os_protect_none(void *p, size_t size);
+/* 64 random bits from the kernel (or, failing that, from the clock). */
+uint64_t os_random_seed(void);
 /* Unmaps [p, p+size); p and size page-aligned. */
 void os_unmap(void *p, size_t size);
 /* Returns [p, p+size) to the OS; the range stays mapped and reads back as

@@ -55,6 +55,10 @@ region_t *region_alloc(heap_t *heap) {
     /* Zeroed descriptors read as SLAB_NONE with no owner: a pointer into a
      * free unit fails free's owner test and is reported, never trusted. */
     r->free_units = ALL_UNITS & ~HEADER_UNITS;
+    if (HAKMEM_SECURE) { /* guard pages on both sides of the header */
+      os_protect_none(r, os_page_size());
+      os_protect_none((char *)r + UNIT_SIZE - os_page_size(), os_page_size());
+    }
     region_map_set(r, MAP_REGION);
     stat_inc(regions_mapped);
   }

@@ -15,6 +15,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   s->used = 0;
   s->bsize = (uint32_t)bsize;
   s->recip = (((uint64_t)1 << 48) + bsize - 1) / bsize;
+  if (HAKMEM_SECURE) s->key = secure_random() | 1;
   s->cls = (uint8_t)cls;
   s->kind = SLAB_SMALL;
   s->queued = 0;
@@ -24,6 +25,27 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   __atomic_store_n(&s->bump, start, __ATOMIC_RELAXED); /* remote frees read it to validate */
   s->next = s->prev = s->remote_next = NULL;
   atomic_store_explicit(&s->owner, (uintptr_t)heap | (hak_stats_enabled ? SLAB_F_SLOW : 0), memory_order_release);
+}
+
+/* Secure build: links n fresh blocks from b in a random order. */
+static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
+  uint16_t order[CARVE_BYTES / 16 > 8 ? CARVE_BYTES / 16 : 8];
+  uint64_t r = secure_random();
+  for (size_t i = 0; i < n; i++) order[i] = (uint16_t)i;
+  for (size_t i = n - 1; i > 0; i--) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    size_t j = r % (i + 1);
+    uint16_t t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  block_t *head = NULL;
+  for (size_t i = 0; i < n; i++) {
+    block_t *blk = (block_t *)(b + (size_t)order[i] * s->bsize);
+    block_set_next(s, blk, head);
+    head = blk;
+  }
+  return head;
 }
 
 /* Makes s->free non-empty from local frees or fresh blocks. */
@@ -38,9 +60,14 @@ bool slab_refill(slab_t *s) {
     if (n < 8) n = 8;
     char *b = s->bump, *last = b + (n - 1) * bsize;
     if (last >= s->end) last = s->end - bsize;
-    for (char *q = b; q < last; q += bsize) ((block_t *)q)->next = (block_t *)(q + bsize);
-    ((block_t *)last)->next = NULL;
-    s->free = (block_t *)b;
+    n = (size_t)(last - b) / bsize + 1;
+    if (HAKMEM_SECURE) {
+      s->free = carve_shuffled(s, b, n);
+    } else {
+      for (char *q = b; q < last; q += bsize) ((block_t *)q)->next = (block_t *)(q + bsize);
+      ((block_t *)last)->next = NULL;
+      s->free = (block_t *)b;
+    }
     __atomic_store_n(&s->bump, last + bsize, __ATOMIC_RELAXED);
     stat_refill(s->cls);
     return true;
@@ -53,7 +80,7 @@ bool slab_refill(slab_t *s) {
 void slab_free_remote(slab_t *s, block_t *b) {
   block_t *head = atomic_load_explicit(&s->remote, memory_order_relaxed);
   do {
-    b->next = head;
+    block_set_next(s, b, head);
   } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_acq_rel,
                                                   memory_order_relaxed));
   if (head != NULL) return;
@@ -74,8 +101,8 @@ size_t slab_collect_remote(slab_t *s) {
   if (list == NULL) return 0;
   size_t n = 1;
   block_t *tail = list;
-  while (tail->next) tail = tail->next, n++;
-  tail->next = s->local_free;
+  for (block_t *next; (next = block_next(s, tail)) != NULL; tail = next) n++;
+  block_set_next(s, tail, s->local_free);
   s->local_free = list;
   hak_assert(s->used >= n);
   s->used -= (uint32_t)n;

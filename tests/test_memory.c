@@ -15,13 +15,19 @@
  *   bigcache 40 huge blocks of 16 MiB freed at once: what the cache keeps
  *            stays within HAKMEM_BIGCACHE_MB (32, set by CTest) and is gone
  *            after its age (HAKMEM_BIGCACHE_AGE_MS).
+ *   xthread  a producer allocates 16-1024 B blocks and a consumer frees them
+ *            through a ring of 8192 (about 4 MiB in flight) for SECONDS
+ *            (default 60): resident memory must stay within twice that
+ *            working set (remote frees are reused, not parked).
  *
- * usage: test_memory purge|trim|threads|churn|bigcache
+ * usage: test_memory purge|trim|threads|churn|bigcache|xthread [seconds]
  */
 #include "testutil.h"
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 
 #define MiB ((size_t)1 << 20)
@@ -195,6 +201,59 @@ static void test_bigcache(void)
   printf("test_memory bigcache: %zu MiB kept after freeing 640 MiB, gone after its age: OK\n", mib(kept));
 }
 
+#define RING 8192
+static void *_Atomic ring[RING];
+static _Atomic int xthread_stop;
+
+static void *xthread_consumer(void *arg)
+{
+  size_t head = 0;
+  for (;;) {
+    void *p = atomic_exchange(&ring[head % RING], NULL);
+    if (p == NULL) {
+      if (atomic_load(&xthread_stop)) return NULL;
+      sched_yield();
+      continue;
+    }
+    CHECK(*(uint64_t *)p == head);
+    A(free)(p);
+    head++;
+  }
+}
+
+static void test_xthread(double seconds)
+{
+  pthread_t cons;
+  CHECK(pthread_create(&cons, NULL, xthread_consumer, NULL) == 0);
+  uint64_t seed = 7;
+  size_t base = tu_rss(), peak = 0, working_set = RING * (16 + 1024) / 2;
+  double t0 = tu_now(), next_sample = t0;
+  for (size_t tail = 0;; tail++) {
+    size_t sz = 16 + tu_xorshift(&seed) % 1009;
+    uint64_t *p = A(malloc)(sz);
+    CHECK(p != NULL);
+    memset(p, 6, sz);
+    *p = tail;
+    while (atomic_load(&ring[tail % RING]) != NULL) sched_yield();
+    atomic_store(&ring[tail % RING], p);
+    if ((tail & 4095) == 0) {
+      double now = tu_now();
+      if (now >= next_sample) {
+        size_t rss = tu_rss();
+        if (rss > base && rss - base > peak) peak = rss - base;
+        next_sample = now + 0.1;
+      }
+      if (now - t0 >= seconds) break;
+    }
+  }
+  atomic_store(&xthread_stop, 1);
+  CHECK(pthread_join(cons, NULL) == 0);
+  CHECKF(peak <= 2 * working_set, "resident grew %zu KiB over the start, working set %zu KiB", peak >> 10,
+         working_set >> 10);
+  printf("test_memory xthread: %.0f s producer/consumer, resident at most %zu KiB over the start "
+         "(working set %zu KiB): OK\n", seconds, peak >> 10, working_set >> 10);
+}
+
 int main(int argc, char **argv)
 {
   const char *what = argc > 1 ? argv[1] : "";
@@ -203,8 +262,9 @@ int main(int argc, char **argv)
   else if (!strcmp(what, "threads")) test_threads();
   else if (!strcmp(what, "churn")) test_churn();
   else if (!strcmp(what, "bigcache")) test_bigcache();
+  else if (!strcmp(what, "xthread")) test_xthread(argc > 2 ? atof(argv[2]) : 60);
   else {
-    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache\n");
+    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread [seconds]\n");
     return 2;
   }
   return 0;

@@ -1,0 +1,441 @@
+/* Faults: fork under allocation load, and running out of address space.
+ *
+ * fork (100 times by default): 4 worker threads allocate and free
+ *   continuously (sizes across every pool, 16 B .. 4 MiB, blocks handed to
+ *   other threads through an atomic exchange array so remote frees are in
+ *   flight) while the main thread forks. Before each fork the main thread
+ *   allocates one patterned block per pool; the child (with alarm(10), so a
+ *   deadlock on an allocator lock held across fork becomes a failure)
+ *   verifies and frees those, then allocates 200 blocks from every pool
+ *   (16 B, 4 KiB, 100 KiB, 4 MiB), fills, checks and frees them, and
+ *   _exit(0)s. The parent requires every child to exit 0.
+ *
+ * oom: in a child process, RLIMIT_AS is set to the current VmSize + 256 MiB;
+ *   blocks of several sizes (16 B, 200 B, 4 KiB, 20 KiB, 100 KiB, 1 MiB,
+ *   4 MiB, 32 MiB), round robin, are allocated with malloc, calloc and
+ *   posix_memalign until every size returns NULL. Every NULL must come with
+ *   errno == ENOMEM (posix_memalign: return value ENOMEM). Then: a realloc
+ *   that cannot be satisfied returns NULL + ENOMEM and leaves the block
+ *   intact; every block still holds its pattern; half of the blocks are
+ *   freed and the same sizes allocated again, smallest first: every block
+ *   up to 32 KiB must succeed, larger ones may fail only with ENOMEM
+ *   (fragmentation, alignment slack of mappings) and at least half of the
+ *   freed bytes must be obtained again; everything is checked; finally all is
+ *   freed and one 96 MiB block must be obtainable (caches give memory back
+ *   under pressure).
+ *
+ * Usage: test_faults [fork|oom|all] [forks]
+ * Calls the hak_ API when compiled with -DUSE_HAK_API, else the standard names.
+ */
+#include "testutil.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+
+/* ---------------------------------------------------------------------- */
+/* Block helpers: pattern over the whole block up to 64 KiB, else the first
+ * and last 4 KiB and one word per 4 KiB page. */
+
+typedef struct {
+  void *p;
+  size_t size;
+  uint64_t id;
+} blk_t;
+
+#define FULL (64 * KiB)
+
+static void blk_fill(const blk_t *b)
+{
+  if (b->size <= FULL) { tu_fill(b->p, 0, b->size, b->id); return; }
+  tu_fill(b->p, 0, 4 * KiB, b->id);
+  tu_fill(b->p, b->size - 4 * KiB, b->size, b->id);
+  uint64_t *w = b->p;
+  for (size_t o = 4 * KiB; o + 8 <= b->size - 4 * KiB; o += 4 * KiB) w[o / 8] = tu_pat(b->id, o / 8);
+}
+
+static void blk_check(const blk_t *b, const char *when)
+{
+  size_t bad;
+  if (b->size <= FULL) {
+    bad = tu_verify(b->p, 0, b->size, b->id);
+  } else {
+    bad = tu_verify(b->p, 0, 4 * KiB, b->id);
+    if (bad == (size_t)-1) bad = tu_verify(b->p, b->size - 4 * KiB, b->size, b->id);
+    const uint64_t *w = b->p;
+    for (size_t o = 4 * KiB; bad == (size_t)-1 && o + 8 <= b->size - 4 * KiB; o += 4 * KiB)
+      if (w[o / 8] != tu_pat(b->id, o / 8)) bad = o;
+  }
+  CHECKF(bad == (size_t)-1, "%s: block %p (id %llu, size %zu) corrupted at byte %zu", when, b->p,
+         (unsigned long long)b->id, b->size, bad);
+}
+
+/* ---------------------------------------------------------------------- */
+/* fork under load */
+
+#define NWORKERS 4
+#define WSLOTS 256
+#define NEXCH 64
+
+static atomic_int stop_workers;
+static _Atomic(blk_t *) exch[NEXCH];
+static atomic_uint_fast64_t next_id = 1;
+static atomic_long worker_ops;
+
+static size_t worker_size(uint64_t *r)
+{
+  uint64_t x = tu_xorshift(r);
+  unsigned sel = (unsigned)(x % 1000);
+  size_t s;
+  if (sel < 700) s = 8 + (size_t)((x >> 16) % 1017);        /* tiny */
+  else if (sel < 900) s = 1 * KiB + (size_t)((x >> 16) % (31 * KiB)); /* mid */
+  else if (sel < 995) s = 32 * KiB + (size_t)((x >> 16) % (2 * MiB)); /* large */
+  else s = 2 * MiB + (size_t)((x >> 16) % (6 * MiB));      /* huge */
+  return s;
+}
+
+static void *worker(void *arg)
+{
+  uint64_t rng = 0x1234567ull + (uint64_t)(uintptr_t)arg * 7919;
+  blk_t slots[WSLOTS];
+  memset(slots, 0, sizeof slots);
+  long ops = 0;
+  while (!atomic_load_explicit(&stop_workers, memory_order_relaxed)) {
+    blk_t *s = &slots[tu_xorshift(&rng) % WSLOTS];
+    unsigned op = (unsigned)(tu_xorshift(&rng) % 16);
+    if (s->p != NULL) {
+      blk_check(s, "worker");
+      if (op == 0) {
+        /* hand off: envelope (a heap block itself) through the exchange */
+        blk_t *env = A(malloc)(sizeof *env);
+        CHECK(env != NULL);
+        *env = *s;
+        s->p = NULL;
+        blk_t *got = atomic_exchange(&exch[tu_xorshift(&rng) % NEXCH], env);
+        if (got != NULL) {
+          blk_check(got, "adopted");
+          A(free)(got->p);
+          A(free)(got);
+        }
+      } else if (op < 3) {
+        size_t ns = worker_size(&rng);
+        void *q = A(realloc)(s->p, ns);
+        CHECKF(q != NULL, "realloc(%zu) failed", ns);
+        size_t keep = ns < s->size ? ns : s->size;
+        /* what blk_fill wrote for the old size, within the new size */
+        size_t lim = s->size <= FULL ? keep : (keep < 4 * KiB ? keep : 4 * KiB);
+        CHECKF(tu_verify(q, 0, lim, s->id) == (size_t)-1, "realloc %zu -> %zu lost content", s->size, ns);
+        s->p = q;
+        s->size = ns;
+        blk_fill(s);
+      } else {
+        A(free)(s->p);
+        s->p = NULL;
+      }
+    } else {
+      s->size = worker_size(&rng);
+      s->id = atomic_fetch_add(&next_id, 1);
+      s->p = A(malloc)(s->size);
+      CHECKF(s->p != NULL, "malloc(%zu) failed", s->size);
+      blk_fill(s);
+    }
+    ops++;
+  }
+  for (int i = 0; i < WSLOTS; i++)
+    if (slots[i].p != NULL) { blk_check(&slots[i], "worker end"); A(free)(slots[i].p); }
+  atomic_fetch_add(&worker_ops, ops);
+  return NULL;
+}
+
+static const size_t pool_sizes[4] = { 16, 4 * KiB, 100 * KiB, 4 * MiB };
+
+static void *child_thread(void *arg)
+{
+  blk_t *b = arg;
+  for (int i = 0; i < 200; i++) {
+    blk_check(&b[i], "child thread: remote block");
+    A(free)(b[i].p);
+    blk_t own = { NULL, pool_sizes[i % 4] + 8, 8000000ull + (uint64_t)i };
+    own.p = A(malloc)(own.size);
+    CHECK(own.p != NULL);
+    blk_fill(&own);
+    blk_check(&own, "child thread");
+    A(free)(own.p);
+  }
+  return NULL;
+}
+
+static void child_work(blk_t *inherited)
+{
+  alarm(10);
+  /* Blocks the parent's main thread allocated just before fork. */
+  for (int k = 0; k < 4; k++) {
+    blk_check(&inherited[k], "child: inherited");
+    A(free)(inherited[k].p);
+  }
+  enum { N = 200 };
+  static blk_t b[4][N];
+  for (int round = 0; round < 2; round++) {
+    for (int k = 0; k < 4; k++) {
+      int n = k == 3 ? 8 : N; /* 8 x 4 MiB is enough for the huge path */
+      for (int i = 0; i < n; i++) {
+        b[k][i].size = pool_sizes[k] + (size_t)(i % 3) * 8;
+        b[k][i].id = 1000000ull * (uint64_t)(k + 1) + (uint64_t)i + (uint64_t)round * 7;
+        b[k][i].p = i % 5 == 4 ? A(calloc)(1, b[k][i].size) : A(malloc)(b[k][i].size);
+        CHECKF(b[k][i].p != NULL, "child: allocation of %zu failed", b[k][i].size);
+        blk_fill(&b[k][i]);
+      }
+    }
+    for (int k = 0; k < 4; k++) {
+      int n = k == 3 ? 8 : N;
+      for (int i = 0; i < n; i++) {
+        blk_check(&b[k][i], "child");
+        A(free)(b[k][i].p);
+      }
+    }
+  }
+  /* A thread in the child must work too, and free what the child's main
+   * thread allocated (remote frees in the child). */
+  pthread_t th;
+  for (int i = 0; i < N; i++) {
+    b[0][i].size = 16 + (size_t)i * 40;
+    b[0][i].id = 9000000ull + (uint64_t)i;
+    b[0][i].p = A(malloc)(b[0][i].size);
+    CHECK(b[0][i].p != NULL);
+    blk_fill(&b[0][i]);
+  }
+  CHECK(pthread_create(&th, NULL, child_thread, b[0]) == 0);
+  CHECK(pthread_join(th, NULL) == 0);
+  _exit(0);
+}
+
+static void test_fork(int nforks)
+{
+  double t0 = tu_now();
+  pthread_t th[NWORKERS];
+  for (int i = 0; i < NWORKERS; i++) CHECK(pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1)) == 0);
+  /* let them get going */
+  struct timespec ts = { 0, 20 * 1000 * 1000 };
+  nanosleep(&ts, NULL);
+
+  int ok = 0;
+  for (int f = 0; f < nforks; f++) {
+    blk_t pre[4];
+    for (int k = 0; k < 4; k++) {
+      pre[k].size = pool_sizes[k] + 24;
+      pre[k].id = 5000000ull + (uint64_t)f * 4 + (uint64_t)k;
+      pre[k].p = A(malloc)(pre[k].size);
+      CHECK(pre[k].p != NULL);
+      blk_fill(&pre[k]);
+    }
+    pid_t pid = fork();
+    CHECKF(pid >= 0, "fork failed: errno %d", errno);
+    if (pid == 0) child_work(pre);
+    int st = 0;
+    pid_t w;
+    do w = waitpid(pid, &st, 0); while (w < 0 && errno == EINTR);
+    CHECK(w == pid);
+    CHECKF(!(WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM),
+           "fork %d: child deadlocked (killed by alarm after 10 s)", f);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork %d: child failed (status %#x%s%d)", f, st,
+           WIFSIGNALED(st) ? ", signal " : ", exit ", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    for (int k = 0; k < 4; k++) {
+      blk_check(&pre[k], "parent after fork");
+      A(free)(pre[k].p);
+    }
+    ok++;
+  }
+  atomic_store(&stop_workers, 1);
+  for (int i = 0; i < NWORKERS; i++) CHECK(pthread_join(th[i], NULL) == 0);
+  for (int i = 0; i < NEXCH; i++) {
+    blk_t *e = atomic_exchange(&exch[i], NULL);
+    if (e != NULL) { blk_check(e, "exchange drain"); A(free)(e->p); A(free)(e); }
+  }
+  printf("test_faults (%s): fork: %d/%d children OK while %d threads allocated (%ld ops), %.2f s\n", API_NAME, ok,
+         nforks, NWORKERS, atomic_load(&worker_ops), tu_now() - t0);
+  fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------- */
+/* out of memory */
+
+static size_t vm_size(void)
+{
+  char buf[128];
+  FILE *f = fopen("/proc/self/statm", "r");
+  CHECK(f != NULL);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  unsigned long size = 0;
+  CHECK(sscanf(buf, "%lu", &size) == 1);
+  return (size_t)size * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+#define OOM_MAX_BLOCKS (4u << 20)
+static const size_t oom_sizes[] = { 16, 200, 4 * KiB, 20 * KiB, 100 * KiB, 1 * MiB, 4 * MiB, 32 * MiB };
+#define NOOM (sizeof oom_sizes / sizeof oom_sizes[0])
+
+static void oom_child(void)
+{
+  alarm(120);
+  /* Bookkeeping from mmap, before the limit (not from the allocator under test). */
+  blk_t *blks = mmap(NULL, OOM_MAX_BLOCKS * sizeof(blk_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(blks != MAP_FAILED);
+  /* Warm up every pool so lazily created state (threads, tables) exists. */
+  for (size_t k = 0; k < NOOM; k++) {
+    void *p = A(malloc)(oom_sizes[k]);
+    CHECK(p != NULL);
+    A(free)(p);
+  }
+  size_t base = vm_size();
+  struct rlimit rl = { base + 256 * MiB, base + 256 * MiB };
+  CHECKF(setrlimit(RLIMIT_AS, &rl) == 0, "setrlimit: errno %d", errno);
+
+  size_t n = 0, bytes = 0, nulls = 0;
+  size_t per_size[NOOM] = { 0 };
+  int live[NOOM];
+  int nlive = (int)NOOM;
+  for (size_t k = 0; k < NOOM; k++) live[k] = 1;
+  uint64_t rng = 42;
+  while (nlive > 0) {
+    for (size_t k = 0; k < NOOM; k++) {
+      if (!live[k]) continue;
+      CHECKF(n < OOM_MAX_BLOCKS, "more than %u blocks allocated under a 256 MiB limit", OOM_MAX_BLOCKS);
+      size_t size = oom_sizes[k] + (size_t)(tu_xorshift(&rng) % 4) * 8;
+      unsigned how = (unsigned)(n % 3);
+      void *p = NULL;
+      errno = 0;
+      if (how == 0) {
+        p = A(malloc)(size);
+        CHECKF(p != NULL || errno == ENOMEM, "malloc(%zu) returned NULL with errno %d, not ENOMEM", size, errno);
+      } else if (how == 1) {
+        p = A(calloc)(1, size);
+        CHECKF(p != NULL || errno == ENOMEM, "calloc(1, %zu) returned NULL with errno %d, not ENOMEM", size, errno);
+        if (p != NULL) {
+          const unsigned char *c = p;
+          size_t lim = size < 4 * KiB ? size : 4 * KiB;
+          for (size_t i = 0; i < lim; i++) CHECKF(c[i] == 0, "calloc(%zu) not zeroed at %zu", size, i);
+          for (size_t i = size - lim; i < size; i++) CHECKF(c[i] == 0, "calloc(%zu) not zeroed at %zu", size, i);
+        }
+      } else {
+        size_t al = (size_t)64 << (tu_xorshift(&rng) % 8); /* 64 B .. 8 KiB */
+        int rc = A(posix_memalign)(&p, al, size);
+        CHECKF(rc == 0 || rc == ENOMEM, "posix_memalign(%zu, %zu) returned %d, not ENOMEM", al, size, rc);
+        if (rc != 0) p = NULL;
+        else CHECKF(((uintptr_t)p & (al - 1)) == 0, "posix_memalign(%zu) gave %p", al, p);
+      }
+      if (p == NULL) {
+        nulls++;
+        /* A size fails for good only after a few attempts (others may still fit). */
+        if (++per_size[k] >= 3) { live[k] = 0; nlive--; }
+        continue;
+      }
+      blks[n].p = p;
+      blks[n].size = size;
+      blks[n].id = n + 1;
+      blk_fill(&blks[n]);
+      bytes += size;
+      n++;
+    }
+  }
+  CHECKF(bytes >= 64 * MiB, "only %zu bytes allocated under a 256 MiB limit", bytes);
+
+  /* A realloc that cannot be satisfied leaves the block as it was. */
+  size_t small = 0;
+  while (small < n && blks[small].size > 4 * KiB) small++;
+  CHECK(small < n);
+  errno = 0;
+  void *q = A(realloc)(blks[small].p, 512 * MiB);
+  CHECKF(q == NULL && errno == ENOMEM, "realloc to 512 MiB under the limit: %p errno %d", q, errno);
+  blk_check(&blks[small], "after failed realloc");
+  errno = 0;
+  q = A(malloc)(SIZE_MAX / 2);
+  CHECKF(q == NULL && errno == ENOMEM, "malloc(SIZE_MAX/2): %p errno %d", q, errno);
+
+  for (size_t i = 0; i < n; i++) blk_check(&blks[i], "after OOM");
+
+  /* Free half, then allocate the same sizes again, smallest first (so the
+   * freed slab space is reused before new mappings are needed). Every block
+   * below 1 MiB (slabs and page runs) must be obtained again; a huge block
+   * may fail only with ENOMEM (its mapping needs alignment slack), and at
+   * least half of the freed bytes must be obtained again. */
+  size_t freed = 0, freed_bytes = 0, again = 0, again_bytes = 0;
+  for (size_t i = 0; i < n; i += 2) {
+    A(free)(blks[i].p);
+    blks[i].p = NULL;
+    freed++;
+    freed_bytes += blks[i].size;
+  }
+  for (size_t k = 0; k < NOOM; k++) {
+    for (size_t i = 0; i < n; i += 2) {
+      if (blks[i].size < oom_sizes[k] || (k + 1 < NOOM && blks[i].size >= oom_sizes[k + 1])) continue;
+      errno = 0;
+      blks[i].p = A(malloc)(blks[i].size);
+      if (blks[i].p == NULL) {
+        CHECKF(errno == ENOMEM, "re-allocation of %zu returned NULL with errno %d", blks[i].size, errno);
+        CHECKF(blks[i].size > 32 * KiB, "re-allocation of %zu (block %zu of %zu) after freeing half failed", blks[i].size,
+               i, n);
+        blks[i].size = 0;
+        continue;
+      }
+      again++;
+      again_bytes += blks[i].size;
+      blks[i].id += 0x100000000ull;
+      blk_fill(&blks[i]);
+    }
+  }
+  CHECKF(again_bytes >= freed_bytes / 2, "after freeing %zu bytes only %zu could be allocated again", freed_bytes,
+         again_bytes);
+  for (size_t i = 0; i < n; i++)
+    if (blks[i].p != NULL) blk_check(&blks[i], "after re-allocation");
+  for (size_t i = 0; i < n; i++) A(free)(blks[i].p);
+
+  /* Everything is free: a large block must fit (cached memory is given back). */
+  errno = 0;
+  void *big = A(malloc)(96 * MiB);
+  CHECKF(big != NULL, "malloc(96 MiB) after freeing everything under the limit (base + 256 MiB) failed: errno %d", errno);
+  memset(big, 0x5a, 96 * MiB);
+  A(free)(big);
+
+  printf("test_faults (%s): oom: %zu blocks (%zu MiB) before the limit, %zu NULLs all ENOMEM; freed %zu (%zu MiB), "
+         "%zu (%zu MiB) allocated again: OK\n",
+         API_NAME, n, bytes / MiB, nulls, freed, freed_bytes / MiB, again, again_bytes / MiB);
+  fflush(stdout);
+  _exit(0);
+}
+
+static void test_oom(void)
+{
+  double t0 = tu_now();
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) oom_child();
+  int st = 0;
+  pid_t w;
+  do w = waitpid(pid, &st, 0); while (w < 0 && errno == EINTR);
+  CHECK(w == pid);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "oom child failed (status %#x%s%d)", st,
+         WIFSIGNALED(st) ? ", signal " : ", exit ", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  printf("test_faults (%s): oom: %.2f s\n", API_NAME, tu_now() - t0);
+}
+
+int main(int argc, char **argv)
+{
+  const char *what = argc > 1 ? argv[1] : "all";
+  int nforks = argc > 2 ? atoi(argv[2]) : 100;
+  int all = strcmp(what, "all") == 0;
+  CHECKF(all || strcmp(what, "fork") == 0 || strcmp(what, "oom") == 0, "usage: test_faults [fork|oom|all] [forks]");
+  if (all || strcmp(what, "oom") == 0) test_oom();
+  if (all || strcmp(what, "fork") == 0) test_fork(nforks);
+  printf("test_faults (%s): OK\n", API_NAME);
+  return 0;
+}
