@@ -128,21 +128,40 @@ static void heap_span_release(heap_t *heap, slab_t *s) {
 
 /* ---- slabs of a heap ------------------------------------------------------ */
 
+static void slab_set_idle(heap_t *heap, slab_t *s, bool idle) {
+  s->idle = idle;
+  hak_lock(&heap->lock);
+  region_slab_idle(region_of(s), s, idle);
+  hak_unlock(&heap->lock);
+}
+
+/* Refills s, first taking back an idle slab's units from the purger. */
+static bool heap_slab_refill(heap_t *heap, slab_t *s) {
+  if (unlikely(s->idle)) slab_set_idle(heap, s, false);
+  return slab_refill(s);
+}
+
 /* A slab's last block came back. Keep the class's current slab and one spare;
- * give anything more back to the region. */
+ * give anything more back to the region. A kept slab is reset and idle (its
+ * pages are purged if it stays unused), except a Tiny current slab: a program
+ * that allocates and frees a batch at a time empties it over and over, and
+ * the few such slabs (64 KiB each) are what stays resident. */
 void heap_slab_empty(heap_t *heap, slab_t *s) {
   if (s->kind == SLAB_LARGE) {
     heap_span_release(heap, s);
     return;
   }
-  if (s == heap->cur[s->cls]) return;
+  bool cur = s == heap->cur[s->cls];
   slab_queue_t *q = &heap->queue[s->cls];
-  if (q->spare == NULL) {
-    q->spare = s;
+  if (!cur && q->spare != NULL) {
+    queue_remove(heap, s);
+    heap_span_release(heap, s);
     return;
   }
-  queue_remove(heap, s);
-  heap_span_release(heap, s);
+  if (!cur) q->spare = s;
+  else if (s->units == 1) return;
+  slab_reset(s);
+  slab_set_idle(heap, s, true);
 }
 
 /* Takes the stack of slabs that received remote frees and moves their blocks
@@ -183,20 +202,20 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
 /* A slab of class cls with a non-empty free list, or NULL when out of memory. */
 static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
-  if (s->free || slab_refill(s)) return s;
+  if (s->free || heap_slab_refill(heap, s)) return s;
   heap_collect_remote(heap);
-  if (s->free || slab_refill(s)) return s;
+  if (s->free || heap_slab_refill(heap, s)) return s;
   if (s != &hak_slab_empty) slab_set_full(s);
   slab_queue_t *q = &heap->queue[cls];
   while ((s = q->head) != NULL) {
     queue_remove(heap, s);
-    if (s->free || slab_refill(s)) break;
+    if (s->free || heap_slab_refill(heap, s)) break;
     slab_set_full(s);
   }
   if (s == NULL) s = heap_slab_new(heap, cls);
   heap->cur[cls] = s ? s : &hak_slab_empty;
   heap->active[cls] = &hak_slab_empty;
-  return s && (s->free || slab_refill(s)) ? s : NULL;
+  return s && (s->free || heap_slab_refill(heap, s)) ? s : NULL;
 }
 
 void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {

@@ -93,6 +93,7 @@ typedef struct slab_s {
   _Alignas(64) block_t *free;    /* the owner allocates from here */
   block_t *local_free;           /* the owner frees into here */
   uint32_t used;                 /* blocks handed out and not yet freed locally */
+  uint32_t idle;                 /* empty and reset: its units may be purged */
   char *bump;                    /* first never-used block (read by remote frees) */
   /* other threads' */
   _Alignas(64) _Atomic(block_t *) remote; /* other threads push here */
@@ -146,6 +147,7 @@ void region_span_free(region_t *r, slab_t *s);
 bool region_span_grow(region_t *r, slab_t *s, size_t units);
 size_t region_purge(region_t *r);
 bool region_purge_due(region_t *r, uint64_t now, uint64_t delay);
+void region_slab_idle(region_t *r, slab_t *s, bool idle);
 bool region_pool_purge_due(uint64_t now, uint64_t delay);
 size_t region_pool_unmap(void);
 /* Out of address space: unmaps every cache (region pool, BigCache) so that a
@@ -218,6 +220,7 @@ hak_inline heap_t *slab_heap(const slab_t *s) {
 /* slab.c */
 void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
 bool slab_refill(slab_t *s);
+void slab_reset(slab_t *s);
 void slab_free_remote(slab_t *s, block_t *b);
 size_t slab_collect_remote(slab_t *s);
 bool slab_is_block(const slab_t *s, const void *p);

@@ -18,8 +18,14 @@ hak_lock_t hak_lock_regions;
 _Atomic size_t hak_span_bytes;
 _Atomic size_t hak_dirty_bytes;
 
+static size_t popcount64(uint64_t x) {
+  size_t n = 0;
+  for (; x; x &= x - 1) n++;
+  return n;
+}
+
 static void dirty_sub(uint64_t units) {
-  if (units) atomic_fetch_sub_explicit(&hak_dirty_bytes, (size_t)__builtin_popcountll(units) * UNIT_SIZE, memory_order_relaxed);
+  if (units) atomic_fetch_sub_explicit(&hak_dirty_bytes, (size_t)popcount64(units) * UNIT_SIZE, memory_order_relaxed);
 }
 
 static region_t *pool;      /* empty regions, most recent first */
@@ -173,6 +179,25 @@ bool region_span_grow(region_t *r, slab_t *s, size_t units) {
   return true;
 }
 
+/* Marks units dirty (free or idle, possibly resident): purged after the
+ * delay, or at once with a delay of 0. */
+static void region_mark_dirty(region_t *r, uint64_t bits) {
+  long delay = hak_option(OPT_PURGE_DELAY_MS);
+  uint64_t added = bits & ~r->dirty_units;
+  if (delay == 0) {
+    for (unsigned i = 0; i < REGION_UNITS; i++)
+      if (added >> i & 1) os_purge((char *)r + (size_t)i * UNIT_SIZE, UNIT_SIZE);
+    stat_add(bytes_purged, (size_t)popcount64(added) * UNIT_SIZE);
+    return;
+  }
+  if (r->dirty_units == 0 && delay > 0) {
+    r->dirty_since_ms = os_now_ms();
+    purge_notice_dirty();
+  }
+  atomic_fetch_add_explicit(&hak_dirty_bytes, (size_t)popcount64(added) * UNIT_SIZE, memory_order_relaxed);
+  r->dirty_units |= added;
+}
+
 /* Returns a span's units to the region. Its descriptors read as free again
  * (no kind, no owner), so a stale pointer into it is caught by free. */
 void region_span_free(region_t *r, slab_t *s) {
@@ -186,17 +211,18 @@ void region_span_free(region_t *r, slab_t *s) {
   uint64_t bits = span_bits(first, units);
   atomic_fetch_sub_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
   r->free_units |= bits;
-  long delay = hak_option(OPT_PURGE_DELAY_MS);
-  if (delay == 0) {
-    os_purge(slab_start(s), units * UNIT_SIZE);
-    stat_add(bytes_purged, units * UNIT_SIZE);
+  region_mark_dirty(r, bits);
+}
+
+/* An empty, reset slab's units may be purged while it stays its heap's
+ * (idle); before the owner carves from it again they must not be. */
+void region_slab_idle(region_t *r, slab_t *s, bool idle) {
+  uint64_t bits = span_bits((size_t)(s - r->slabs), s->units);
+  if (idle) {
+    region_mark_dirty(r, bits);
   } else {
-    if (r->dirty_units == 0 && delay > 0) {
-      r->dirty_since_ms = os_now_ms();
-      purge_notice_dirty();
-    }
-    atomic_fetch_add_explicit(&hak_dirty_bytes, units * UNIT_SIZE, memory_order_relaxed);
-    r->dirty_units |= bits;
+    dirty_sub(r->dirty_units & bits);
+    r->dirty_units &= ~bits;
   }
 }
 

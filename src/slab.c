@@ -5,7 +5,8 @@
 #include "internal.h"
 #include "stats.h"
 
-#define CARVE_BYTES 4096 /* carve about a page of fresh blocks at a time */
+#define CARVE_BYTES 4096 /* carve about a page of fresh blocks at a time, */
+#define CARVE_MIN 32     /* but at least this many: one carve per Mid slab */
 
 void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   size_t bsize = hak_class_size[cls], bytes = units * UNIT_SIZE;
@@ -13,6 +14,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   s->local_free = NULL;
   atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
   s->used = 0;
+  s->idle = 0;
   s->bsize = (uint32_t)bsize;
   s->recip = (((uint64_t)1 << 48) + bsize - 1) / bsize;
   if (HAKMEM_SECURE) s->key = secure_random() | 1;
@@ -29,7 +31,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
 
 /* Secure build: links n fresh blocks from b in a random order. */
 static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
-  uint16_t order[CARVE_BYTES / 16 > 8 ? CARVE_BYTES / 16 : 8];
+  uint16_t order[CARVE_BYTES / 16 > CARVE_MIN ? CARVE_BYTES / 16 : CARVE_MIN];
   uint64_t r = secure_random();
   for (size_t i = 0; i < n; i++) order[i] = (uint16_t)i;
   for (size_t i = n - 1; i > 0; i--) {
@@ -48,6 +50,13 @@ static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
   return head;
 }
 
+/* An empty slab forgets its lists: every block is fresh again, so nothing in
+ * its memory matters and the purger may return its pages. */
+void slab_reset(slab_t *s) {
+  s->free = s->local_free = NULL;
+  __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
+}
+
 /* Makes s->free non-empty from local frees or fresh blocks. */
 bool slab_refill(slab_t *s) {
   if (s->local_free) {
@@ -57,7 +66,7 @@ bool slab_refill(slab_t *s) {
   }
   if (s->bump < s->end) {
     size_t bsize = s->bsize, n = CARVE_BYTES / bsize;
-    if (n < 8) n = 8;
+    if (n < CARVE_MIN) n = CARVE_MIN;
     char *b = s->bump, *last = b + (n - 1) * bsize;
     if (last >= s->end) last = s->end - bsize;
     n = (size_t)(last - b) / bsize + 1;
