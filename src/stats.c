@@ -50,10 +50,14 @@ static void print_memory(os_out_t *o) {
   int64_t regions = LOAD(hak_stats.regions_mapped) - LOAD(hak_stats.regions_unmapped);
   size_t spans = atomic_load(&hak_span_bytes), huge = atomic_load(&hak_huge_bytes);
   os_out_str(o, "memory (bytes):\n");
-  if (hak_stats_enabled) print_bytes(o, "live in blocks", (uint64_t)(live > 0 ? live : 0));
-  print_bytes(o, "in slabs and large blocks (live blocks plus their slabs' free blocks)", spans);
+  print_bytes(o, "in slabs and large blocks", spans);
+  if (hak_stats_enabled) {
+    uint64_t in_blocks = (uint64_t)(live > 0 ? live : 0) - (uint64_t)LOAD(hak_stats.rows[STAT_ROW_HUGE].live_bytes);
+    print_bytes(o, "  of which live blocks", in_blocks);
+    print_bytes(o, "  of which free blocks cached in thread heaps' slabs", spans > in_blocks ? spans - in_blocks : 0);
+  }
   print_bytes(o, "in huge blocks", huge);
-  print_bytes(o, "free units not yet purged", atomic_load(&hak_dirty_bytes));
+  print_bytes(o, "free or idle units not yet purged", atomic_load(&hak_dirty_bytes));
   print_bytes(o, "huge blocks cached for reuse (BigCache)", huge_cached_bytes());
   print_bytes(o, "purged so far (returned with madvise)", (uint64_t)LOAD(hak_stats.bytes_purged));
   print_bytes(o, "metadata (region headers)", (uint64_t)(regions > 0 ? regions : 0) * sizeof(region_t));
