@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "options.h"
+#include "learn.h"
 #include "stats.h"
 
 #define HUGE_MAGIC 0x68616b6d656d4855ull
@@ -90,7 +90,7 @@ static char *cache_assemble(size_t need) {
 static size_t cache_evict(bool force) {
   cache_entry_t out[CACHE_SLOTS];
   size_t n = 0, bytes = 0;
-  uint64_t now = os_now_ms(), age = (uint64_t)hak_option(OPT_BIGCACHE_AGE_MS);
+  uint64_t now = os_now_ms(), age = (uint64_t)learn_knob(KNOB_BIGCACHE_AGE_MS);
   hak_lock(&hak_lock_huge);
   for (size_t i = 0; i < CACHE_SLOTS; i++) {
     if (cache[i].base && (force || now - cache[i].freed_ms >= age)) {
@@ -107,7 +107,7 @@ static size_t cache_evict(bool force) {
 /* Keeps a run of freed pages, evicting the oldest runs to stay within the
  * cache's bounds; a run larger than the whole cache is unmapped. */
 static void cache_put(char *base, size_t size) {
-  size_t limit = (size_t)hak_option(OPT_BIGCACHE_MB) << 20;
+  size_t limit = (size_t)learn_knob(KNOB_BIGCACHE_MB) << 20;
   cache_entry_t out[CACHE_SLOTS + 1];
   size_t n = 0;
   if (size > limit) {
@@ -144,6 +144,7 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   map_size &= ~(page - 1);
   uint8_t kind = MAP_HUGE;
   if (align >= REGION_SIZE) kind = (uint8_t)(MAP_HUGE + __builtin_ctzl(align) - REGION_SHIFT + 1);
+  learn_tick();
   char *base = kind == MAP_HUGE ? cache_assemble(map_size) : NULL;
   bool cached = base != NULL;
   if (cached) {
@@ -191,6 +192,7 @@ void huge_free(void *p) {
   h->magic = 0;
   cache_put((char *)h, size);
   cache_evict(false);
+  learn_tick();
 }
 
 size_t huge_usable_size(const void *p) {

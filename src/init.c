@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "learn.h"
 #include "options.h"
 #include "stats.h"
 
@@ -41,6 +42,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   fork_parent();
   purge_fork_child();
+  learn_fork_child();
 }
 
 __attribute__((constructor)) static void hak_constructor(void) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "learn.h"
 #include "stats.h"
 
 /* A large block's usable size is its size rounded to pages: the span's
@@ -20,6 +21,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   size_t align_units = align > UNIT_SIZE ? align >> UNIT_SHIFT : 1;
   if (units == 0) units = 1;
   if (units >= REGION_UNITS || align_units > REGION_UNITS / 2) return NULL;
+  learn_tick();
   slab_t *s = heap_span_alloc(heap, units, align_units);
   if (s == NULL) return NULL;
   s->kind = SLAB_LARGE;

@@ -11,6 +11,7 @@ typedef struct {
   long def;
   const char *doc;
   _Atomic int state; /* 0 not read, 1 read */
+  bool given;        /* set in the environment */
 } option_desc_t;
 
 static option_desc_t options[OPT_COUNT] = {
@@ -21,6 +22,11 @@ static option_desc_t options[OPT_COUNT] = {
   [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks kept mapped for reuse", 0},
   [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "milliseconds a freed huge block stays cached", 0},
   [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
+  [OPT_LEARN] = {"LEARN", 0, 1, "learn the Large/Huge strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
+  [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory", 0},
+  [OPT_LEARN_WEIGHT] = {"LEARN_WEIGHT", 0, 50, "percent weight on time in the OS against memory held (0..100)", 0},
+  [OPT_LEARN_EPOCH_MS] = {"LEARN_EPOCH_MS", 0, 50, "milliseconds each strategy runs before it is rated", 0},
+  [OPT_LEARN_SEED] = {"LEARN_SEED", 0, 1, "seed of the exploration (same seed, same costs: same choices)", 0},
 };
 
 static long parse_long(const char *s, long def) {
@@ -46,6 +52,7 @@ static void option_read(option_desc_t *o) {
   var[n] = 0;
   const char *s = os_getenv(var);
   o->value = s ? parse_long(s, o->def) : o->def;
+  o->given = s != NULL;
   /* Before the C library sets up the environment, leave it "not read". */
   extern char **environ;
   if (environ != NULL) atomic_store_explicit(&o->state, 1, memory_order_release);
@@ -58,6 +65,11 @@ long hak_option(hak_option_t opt) {
 }
 
 bool hak_option_on(hak_option_t opt) { return hak_option(opt) != 0; }
+
+bool hak_option_given(hak_option_t opt) {
+  hak_option(opt);
+  return options[opt].given;
+}
 
 void hak_options_init(void) {
   for (int i = 0; i < OPT_COUNT; i++) hak_option((hak_option_t)i);

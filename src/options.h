@@ -11,11 +11,18 @@ typedef enum {
   OPT_BIGCACHE_MB,      /* bytes of freed huge blocks kept for reuse */
   OPT_BIGCACHE_AGE_MS,  /* how long a freed huge block stays cached */
   OPT_SHOW_ERRORS,      /* report bad pointers on stderr */
+  OPT_LEARN,            /* learn the Large/Huge strategy (0 = pin one) */
+  OPT_LEARN_PIN,        /* the strategy pinned when not learning */
+  OPT_LEARN_WEIGHT,     /* percent weight on speed against memory */
+  OPT_LEARN_EPOCH_MS,   /* how long each strategy runs before it is rated */
+  OPT_LEARN_SEED,       /* exploration seed */
   OPT_COUNT
 } hak_option_t;
 
 long hak_option(hak_option_t opt);
 bool hak_option_on(hak_option_t opt);
+/* Whether the user set the option in the environment. */
+bool hak_option_given(hak_option_t opt);
 /* Re-reads options still at their "not yet read" state (environment missing
  * during early start-up). */
 void hak_options_init(void);

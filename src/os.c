@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,7 +74,12 @@ static long sanitized_call(long n, long a, long b, long c, long d, long e, long 
 #define MAP_CALL SYS
 #endif
 
+/* Mapping calls made, for the learned policies' cost of time in the OS. */
+_Atomic uint64_t os_map_calls;
+#define COUNT_CALL() atomic_fetch_add_explicit(&os_map_calls, 1, memory_order_relaxed)
+
 static void *raw_mmap(size_t size) {
+  COUNT_CALL();
   long p = MAP_CALL(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return failed(p) ? NULL : (void *)p;
 }
@@ -121,15 +127,19 @@ uint64_t os_random_seed(void) {
 }
 
 void os_unmap(void *p, size_t size) {
-  if (size) MAP_CALL(SYS_munmap, p, size, 0, 0, 0, 0);
+  if (size == 0) return;
+  COUNT_CALL();
+  MAP_CALL(SYS_munmap, p, size, 0, 0, 0, 0);
 }
 
 size_t os_purge(void *p, size_t size) {
   if (size == 0) return 0;
+  COUNT_CALL();
   return failed(MAP_CALL(SYS_madvise, p, size, MADV_DONTNEED, 0, 0, 0)) ? 0 : size;
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at) {
+  COUNT_CALL();
   long q = fixed_at ? SYS(SYS_mremap, p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fixed_at, 0)
                     : SYS(SYS_mremap, p, old_size, new_size, 0, 0, 0);
   return failed(q) ? NULL : (void *)q;
@@ -186,6 +196,12 @@ uint64_t os_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t os_minor_faults(void) {
+  struct rusage ru;
+  if (failed(SYS(SYS_getrusage, RUSAGE_SELF, &ru, 0, 0, 0, 0))) return 0;
+  return (uint64_t)ru.ru_minflt;
 }
 
 size_t os_resident_bytes(void) {

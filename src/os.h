@@ -41,6 +41,10 @@ void os_write_stderr(const char *s, size_t len);
 void os_write_fd(int fd, const char *s, size_t len);
 size_t os_page_size(void);
 uint64_t os_now_ms(void);
+/* Minor page faults of the whole process so far (getrusage). */
+uint64_t os_minor_faults(void);
+/* Mapping system calls (mmap, munmap, madvise, mremap) made so far. */
+extern _Atomic uint64_t os_map_calls;
 /* Resident pages of the process, from /proc/self/statm; 0 if unreadable. */
 size_t os_resident_bytes(void);
 /* The value of environment variable name, read without allocating, or NULL

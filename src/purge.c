@@ -7,7 +7,7 @@
  * busy with its regions is simply visited next round), and sleeps on a futex
  * while there is nothing to purge. */
 #include "internal.h"
-#include "options.h"
+#include "learn.h"
 
 #define PURGE_TICK_MS 50
 #define PURGE_IDLE_MS 10000
@@ -20,13 +20,14 @@ static _Atomic uint32_t purge_signal; /* 1: there may be something to purge */
 
 static int purger_main(void *arg) {
   for (;;) {
-    long delay = hak_option(OPT_PURGE_DELAY_MS);
+    long delay = learn_knob(KNOB_PURGE_DELAY_MS);
     uint64_t now = os_now_ms();
     atomic_store_explicit(&purge_signal, 0, memory_order_seq_cst);
     hak_lock(&hak_lock_purge);
     bool pending = heaps_purge_due(now, (uint64_t)delay);
     pending |= region_pool_purge_due(now, (uint64_t)delay);
     pending |= huge_cache_evict_aged();
+    learn_tick();
     hak_unlock(&hak_lock_purge);
     if (pending) os_sleep_ms(PURGE_TICK_MS);
     else os_futex_wait(&purge_signal, 0, PURGE_IDLE_MS);
@@ -35,7 +36,7 @@ static int purger_main(void *arg) {
 }
 
 void purge_notice_dirty(void) {
-  if (!PURGE_BACKGROUND || hak_option(OPT_PURGE_DELAY_MS) < 0) return;
+  if (!PURGE_BACKGROUND || learn_knob(KNOB_PURGE_DELAY_MS) < 0) return;
   if (atomic_load_explicit(&purger_started, memory_order_relaxed) == 0) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&purger_started, &expected, 1) && !os_spawn_background(purger_main, NULL))

@@ -7,6 +7,7 @@
  * The ownership map has one byte per 4 MiB of the address space: it tells
  * free() whether a pointer is hakmem's before anything is read through it. */
 #include "internal.h"
+#include "learn.h"
 #include "options.h"
 #include "stats.h"
 
@@ -101,7 +102,7 @@ static void region_unmap(region_t *r) {
  * heap that empties a region and soon needs one again pays no page faults. */
 void region_release(region_t *r) {
   hak_assert(r->free_units == (ALL_UNITS & ~HEADER_UNITS));
-  if (hak_option(OPT_PURGE_DELAY_MS) == 0) region_purge(r);
+  if (learn_knob(KNOB_PURGE_DELAY_MS) == 0) region_purge(r);
   r->heap = NULL;
   hak_lock(&hak_lock_regions);
   if (pool_count < (size_t)hak_option(OPT_POOL_REGIONS)) {
@@ -182,7 +183,7 @@ bool region_span_grow(region_t *r, slab_t *s, size_t units) {
 /* Marks units dirty (free or idle, possibly resident): purged after the
  * delay, or at once with a delay of 0. */
 static void region_mark_dirty(region_t *r, uint64_t bits) {
-  long delay = hak_option(OPT_PURGE_DELAY_MS);
+  long delay = learn_knob(KNOB_PURGE_DELAY_MS);
   uint64_t added = bits & ~r->dirty_units;
   if (delay == 0) {
     for (unsigned i = 0; i < REGION_UNITS; i++)

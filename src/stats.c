@@ -1,6 +1,7 @@
 /* Statistics: counting helpers and the report. */
 #include "stats.h"
 
+#include "learn.h"
 #include "options.h"
 
 hak_stats_t hak_stats;
@@ -88,5 +89,6 @@ HAK_API void hak_stats_print(int fd) {
   HAK_GLOBAL_STATS(X)
 #undef X
   print_memory(&o);
+  learn_print(&o);
   os_out_flush(&o);
 }

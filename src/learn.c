@@ -1,0 +1,244 @@
+/* Learned policies for the Large and Huge pools.
+ *
+ * A strategy is a complete setting of the knobs that trade time in the OS
+ * for memory: how long freed units stay resident before madvise, how many
+ * bytes of freed huge blocks the BigCache keeps, and for how long. Time runs
+ * in epochs (HAKMEM_LEARN_EPOCH_MS); each runs one strategy and measures its
+ * cost rate in milliseconds per second:
+ *
+ *   cost = W * os_ms + (1 - W) * MIB_PRICE_MS * held_mib_s,   per second
+ *
+ * os_ms is the time the epoch's page faults and mapping calls cost (counted,
+ * then priced by the figures measured on the development machine below), and
+ * held_mib_s integrates the memory hakmem holds above the live blocks
+ * (dirty units and the BigCache). W is HAKMEM_LEARN_WEIGHT / 100.
+ *
+ * Strategies are rated Elo-fashion: each scored epoch is a game between the
+ * strategy that ran and every rival whose cost was measured in the last few
+ * epochs (a recent cost is a cost of the same workload phase, a stale one is
+ * not). The best-rated strategy runs, except that a seeded generator sends a
+ * rival (the one measured longest ago) to run now and then: rarely while the
+ * running strategy's cost is steady, often when it jumps (a new phase), and
+ * at the start, once each. An
+ * epoch is scored even when it follows a switch: a warm-up epoch would
+ * double the price of each exploration, and the pools refill or drain
+ * within the first milliseconds of an epoch. All of this runs under a
+ * try-lock on slow paths and in the purger, never on a fast path. */
+#include "learn.h"
+
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+#define FROM_OPTION (-1000000L) /* a knob left at its option's value */
+
+static const struct {
+  const char *name;
+  long knob[KNOB_COUNT]; /* purge delay ms, BigCache MiB, BigCache age ms */
+} strategies[LEARN_STRATEGIES] = {
+  {"default", {FROM_OPTION, FROM_OPTION, FROM_OPTION}},
+  {"speed", {600, 1024, 600}}, /* under 1 s: memory still returns within a second */
+  {"lean", {50, 64, 100}},
+  {"memory", {0, 0, 0}},
+};
+
+static const hak_option_t knob_option[KNOB_COUNT] = {
+  [KNOB_PURGE_DELAY_MS] = OPT_PURGE_DELAY_MS,
+  [KNOB_BIGCACHE_MB] = OPT_BIGCACHE_MB,
+  [KNOB_BIGCACHE_AGE_MS] = OPT_BIGCACHE_AGE_MS,
+};
+
+/* Prices of the OS's work, measured on a 2-core AMD EPYC VM: a minor fault
+ * (with the page's zeroing) costs 1.5 to 3 us of system time, a mapping call
+ * about 5 us, madvise about 0.5 us per page it frees. */
+#define FAULT_US 2.0
+#define CALL_US 5.0
+#define PURGE_PAGE_US 0.5
+#define MIB_PRICE_MS 1.0 /* holding 1 MiB for 1 s costs as much as 1 ms in the kernel */
+
+#define RATING_START 1500.0
+#define RATING_MIN 1100.0
+#define RATING_MAX 1900.0
+#define ELO_K 48.0
+#define RECENT_EPOCHS 8     /* rivals measured longer ago are not compared */
+#define DRAW_MARGIN 0.05    /* costs within 5 % draw */
+#define NEGLIGIBLE_COST 0.5 /* ms per second: below this both draw */
+#define EXPLORE_STEADY 16   /* explore one epoch in 16 ... */
+#define EXPLORE_SHIFTED 4   /* ... or one in 4 after the cost jumped */
+#define JUMP 3.0            /* by this factor: a new phase, not noise */
+#define SAMPLE_MS 10
+
+static _Atomic int current = -1;
+static _Atomic uint64_t last_sample_ms;
+
+static struct {
+  hak_lock_t lock;
+  bool started;
+  uint64_t start_ms, sample_ms, epochs, rng;
+  double held_mib, held_mib_ms;              /* last sample, integral this epoch */
+  uint64_t faults, calls, purged;            /* at the epoch's start */
+  double rating[LEARN_STRATEGIES];
+  double cost[LEARN_STRATEGIES];             /* last scored cost */
+  uint64_t scored_at[LEARN_STRATEGIES];      /* epoch of it; 0 never */
+  uint64_t ran_ms[LEARN_STRATEGIES], ran_epochs[LEARN_STRATEGIES];
+} L;
+
+static bool learning(void) { return hak_option_on(OPT_LEARN); }
+
+static int strategy_now(void) {
+  int s = atomic_load_explicit(&current, memory_order_relaxed);
+  if (likely(s >= 0)) return s;
+  long pin = hak_option(OPT_LEARN_PIN);
+  s = learning() || pin < 0 || pin >= LEARN_STRATEGIES ? 0 : (int)pin;
+  atomic_store_explicit(&current, s, memory_order_relaxed);
+  return s;
+}
+
+static long knob_value(int s, learn_knob_t knob) {
+  hak_option_t opt = knob_option[knob];
+  long v = strategies[s].knob[knob];
+  return v == FROM_OPTION || hak_option_given(opt) ? hak_option(opt) : v;
+}
+
+long learn_knob(learn_knob_t knob) { return knob_value(strategy_now(), knob); }
+
+int learn_current(void) { return strategy_now(); }
+double learn_rating(int s) { return L.rating[s]; }
+
+void learn_reset(void) {
+  for (int i = 0; i < LEARN_STRATEGIES; i++) {
+    L.rating[i] = RATING_START;
+    L.cost[i] = 0;
+    L.scored_at[i] = 0;
+    L.ran_ms[i] = L.ran_epochs[i] = 0;
+  }
+  L.epochs = 0;
+  L.rng = (uint64_t)hak_option(OPT_LEARN_SEED) * 0x9E3779B97F4A7C15ull | 1;
+  atomic_store_explicit(&current, -1, memory_order_relaxed);
+  strategy_now();
+}
+
+/* 10^x for |x| <= 2: e^(x ln 10) from a Taylor series of e^(y/16), squared
+ * four times (no libm inside the allocator). */
+static double pow10_small(double x) {
+  double y = x * 2.302585092994046 / 16, e = 1, term = 1;
+  for (int i = 1; i <= 7; i++) e += term *= y / i;
+  for (int i = 0; i < 4; i++) e *= e;
+  return e;
+}
+
+static double clamp_rating(double r) { return r < RATING_MIN ? RATING_MIN : r > RATING_MAX ? RATING_MAX : r; }
+
+/* One game: s scored `score` (1 win, 0.5 draw, 0 loss) against t. */
+static void elo_game(int s, int t, double score) {
+  double expect = 1 / (1 + pow10_small((L.rating[t] - L.rating[s]) / 400));
+  double delta = ELO_K * (score - expect);
+  L.rating[s] = clamp_rating(L.rating[s] + delta);
+  L.rating[t] = clamp_rating(L.rating[t] - delta);
+}
+
+static double game_score(double mine, double theirs) {
+  if (mine < NEGLIGIBLE_COST && theirs < NEGLIGIBLE_COST) return 0.5;
+  double rel = (theirs - mine) / (mine > theirs ? mine : theirs);
+  return rel > DRAW_MARGIN ? 1 : rel < -DRAW_MARGIN ? 0 : 0.5;
+}
+
+static uint64_t next_random(void) {
+  L.rng ^= L.rng << 13;
+  L.rng ^= L.rng >> 7;
+  L.rng ^= L.rng << 17;
+  return L.rng;
+}
+
+int learn_rate(double cost) {
+  if (L.rng == 0) learn_reset();
+  int s = strategy_now();
+  L.epochs++;
+  for (int t = 0; t < LEARN_STRATEGIES; t++)
+    if (t != s && L.scored_at[t] && L.epochs - L.scored_at[t] <= RECENT_EPOCHS) elo_game(s, t, game_score(cost, L.cost[t]));
+  double before = L.cost[s];
+  bool jumped = L.scored_at[s] && (cost > before * JUMP + NEGLIGIBLE_COST || before > cost * JUMP + NEGLIGIBLE_COST);
+  L.cost[s] = cost;
+  L.scored_at[s] = L.epochs;
+  int best = 0, stalest = -1;
+  for (int t = 1; t < LEARN_STRATEGIES; t++)
+    if (L.rating[t] > L.rating[best]) best = t;
+  for (int t = 0; t < LEARN_STRATEGIES; t++)
+    if (t != best && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
+  bool explore = L.scored_at[stalest] == 0 || (next_random() >> 33) % (jumped ? EXPLORE_SHIFTED : EXPLORE_STEADY) == 0;
+  int next = explore ? stalest : best;
+  if (!learning()) next = s; /* pinned: rate, never switch */
+  atomic_store_explicit(&current, next, memory_order_relaxed);
+  return next;
+}
+
+static double held_mib(void) {
+  return (double)(atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed) + huge_cached_bytes()) / (1 << 20);
+}
+
+static void epoch_begin(uint64_t now) {
+  L.start_ms = L.sample_ms = now;
+  L.held_mib_ms = 0;
+  L.faults = os_minor_faults();
+  L.calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
+  L.purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
+}
+
+static void epoch_end(uint64_t now) {
+  int s = strategy_now();
+  double secs = (double)(now - L.start_ms) / 1000;
+  uint64_t faults = os_minor_faults(), calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
+  uint64_t purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
+  double os_ms = ((double)(faults - L.faults) * FAULT_US + (double)(calls - L.calls) * CALL_US +
+                  (double)((purged - L.purged) / 4096) * PURGE_PAGE_US) / 1000;
+  double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
+  w = w < 0 ? 0 : w > 1 ? 1 : w;
+  double cost = (w * os_ms + (1 - w) * MIB_PRICE_MS * L.held_mib_ms / 1000) / secs;
+  L.ran_ms[s] += now - L.start_ms;
+  L.ran_epochs[s]++;
+  learn_rate(cost);
+  epoch_begin(now);
+}
+
+void learn_tick(void) {
+  if (!learning()) return;
+  uint64_t now = os_now_ms();
+  if (now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < SAMPLE_MS) return;
+  if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
+  atomic_store_explicit(&last_sample_ms, now, memory_order_relaxed);
+  if (!L.started) {
+    if (L.rng == 0) learn_reset();
+    L.started = true;
+    epoch_begin(now);
+  }
+  /* left sums: the amount held since the last sample, over the time since */
+  L.held_mib_ms += L.held_mib * (double)(now - L.sample_ms);
+  L.held_mib = held_mib();
+  L.sample_ms = now;
+  if (now - L.start_ms >= (uint64_t)hak_option(OPT_LEARN_EPOCH_MS)) epoch_end(now);
+  hak_unlock(&L.lock);
+}
+
+void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_order_relaxed); }
+
+void learn_print(os_out_t *o) {
+  os_out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
+  os_out_str(o, strategies[strategy_now()].name);
+  os_out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  rating  epochs  run-ms  cost-ms/s\n");
+  for (int i = 0; i < LEARN_STRATEGIES; i++) {
+    os_out_str(o, "  ");
+    os_out_str(o, strategies[i].name);
+    os_out_str(o, &"          "[__builtin_strlen(strategies[i].name) < 8 ? __builtin_strlen(strategies[i].name) + 2 : 9]);
+    static const int width[KNOB_COUNT] = {8, 11, 10};
+    for (int j = 0; j < KNOB_COUNT; j++) {
+      long v = knob_value(i, (learn_knob_t)j);
+      if (v < 0) os_out_str(o, &"     never"[10 - width[j]]);
+      else os_out_uint(o, (uint64_t)v, width[j]);
+    }
+    os_out_uint(o, (uint64_t)(L.rating[i] ? L.rating[i] : RATING_START), 8);
+    os_out_uint(o, L.ran_epochs[i], 8);
+    os_out_uint(o, L.ran_ms[i], 8);
+    os_out_uint(o, (uint64_t)L.cost[i], 11);
+    os_out_str(o, "\n");
+  }
+}

@@ -1,0 +1,42 @@
+/* Learned policies: the Large and Huge pools' strategy (how long freed
+ * memory stays resident, how much the BigCache keeps and for how long) is
+ * chosen while the program runs, from a small set of complete settings
+ * rated against each other by the cost each showed (see learn.c). */
+#ifndef HAKMEM_LEARN_H
+#define HAKMEM_LEARN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "os.h"
+
+typedef enum {
+  KNOB_PURGE_DELAY_MS, /* HAKMEM_PURGE_DELAY_MS */
+  KNOB_BIGCACHE_MB,    /* HAKMEM_BIGCACHE_MB */
+  KNOB_BIGCACHE_AGE_MS, /* HAKMEM_BIGCACHE_AGE_MS */
+  KNOB_COUNT
+} learn_knob_t;
+
+#define LEARN_STRATEGIES 4
+
+/* The running strategy's setting of a knob; an option the user set in the
+ * environment wins over every strategy. */
+long learn_knob(learn_knob_t knob);
+
+/* Called by the purger's rounds and by Large/Huge slow paths: samples the
+ * memory held above live, and at the end of an epoch rates the strategy that
+ * ran and picks the next. Cheap when no epoch ends. */
+void learn_tick(void);
+
+/* The rating step on its own: the strategy that ran showed cost (ms per
+ * second); returns the strategy to run next. Used by learn_tick and by the
+ * tests, which feed it synthetic costs. */
+int learn_rate(double cost);
+void learn_reset(void); /* back to the start state (tests) */
+int learn_current(void);
+double learn_rating(int strategy);
+
+void learn_print(os_out_t *o);
+void learn_fork_child(void);
+
+#endif

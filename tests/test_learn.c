@@ -1,0 +1,152 @@
+/* The learned Large/Huge strategy (src/learn.c).
+ *
+ *   rating   synthetic cost signals: the cheapest strategy's rating rises
+ *            and it runs most of the time; when another becomes the cheapest
+ *            (a new phase) the winner changes; ratings stay in their bounds;
+ *            the same seed and costs give the same choices
+ *   pinned   (run with HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=k) the strategy never
+ *            changes, whatever the costs, and its knobs are k's settings
+ *   speed    (HAKMEM_LEARN_WEIGHT=100) a burst of huge blocks freed and
+ *            allocated again: the best rated strategy is one that caches,
+ *            and the BigCache stays within the largest strategy's bound
+ *   memory   (HAKMEM_LEARN_WEIGHT=0) the same burst: learning settles on a
+ *            strategy that keeps nothing cached
+ *
+ * usage: test_learn rating|pinned K|speed|memory
+ */
+#define USE_HAK_API
+#include "testutil.h"
+
+#include "../src/internal.h"
+#include "../src/learn.h"
+
+#define MiB ((size_t)1 << 20)
+
+enum { DEFAULT, SPEED, LEAN, MEMORY };
+
+/* Runs n epochs in which strategy `cheap` costs 10 ms/s and the others 100;
+ * returns how many of the last half ran `cheap`. Records the choices. */
+static int run_epochs(int n, int cheap, int *trace)
+{
+  int hits = 0;
+  for (int i = 0; i < n; i++) {
+    int s = learn_current();
+    if (trace) trace[i] = s;
+    for (int t = 0; t < LEARN_STRATEGIES; t++) {
+      double r = learn_rating(t);
+      CHECKF(r >= 1100 && r <= 1900, "rating of %d out of bounds: %f", t, r);
+    }
+    if (i >= n / 2 && s == cheap) hits++;
+    learn_rate(s == cheap ? 10.0 : 100.0);
+  }
+  return hits;
+}
+
+static int best_rated(void)
+{
+  int best = 0;
+  for (int t = 1; t < LEARN_STRATEGIES; t++)
+    if (learn_rating(t) > learn_rating(best)) best = t;
+  return best;
+}
+
+static void test_rating(void)
+{
+  learn_reset();
+  int hits = run_epochs(400, LEAN, NULL);
+  CHECKF(best_rated() == LEAN, "cheapest strategy not best rated (best %d)", best_rated());
+  CHECKF(learn_rating(LEAN) > 1600, "cheapest strategy's rating only %f", learn_rating(LEAN));
+  CHECKF(hits >= 150, "cheapest strategy ran %d of the last 200 epochs", hits);
+  printf("test_learn rating: phase 1: lean rated %.0f, ran %d/200 epochs\n", learn_rating(LEAN), hits);
+
+  hits = run_epochs(400, SPEED, NULL); /* a new phase */
+  CHECKF(best_rated() == SPEED, "winner did not change with the phase (best %d)", best_rated());
+  CHECKF(hits >= 150, "new cheapest strategy ran %d of the last 200 epochs", hits);
+  printf("test_learn rating: phase 2: speed rated %.0f, ran %d/200 epochs\n", learn_rating(SPEED), hits);
+
+  static int a[300], b[300];
+  learn_reset();
+  run_epochs(300, MEMORY, a);
+  learn_reset();
+  run_epochs(300, MEMORY, b);
+  CHECK(memcmp(a, b, sizeof a) == 0);
+  int explored = 0;
+  for (int i = 0; i < 300; i++) explored += a[i] != MEMORY;
+  CHECKF(explored > 0 && explored < 100, "explored %d of 300 epochs", explored);
+  printf("test_learn rating: same seed, same choices; explored %d of 300 epochs: OK\n", explored);
+}
+
+static void test_pinned(int pin)
+{
+  static const long knobs[LEARN_STRATEGIES][KNOB_COUNT] = {
+    {250, 256, 500}, {600, 1024, 600}, {50, 64, 100}, {0, 0, 0}};
+  for (int phase = 0; phase < 4; phase++) {
+    for (int i = 0; i < 100; i++) {
+      CHECKF(learn_current() == pin, "pinned strategy changed to %d", learn_current());
+      learn_rate(learn_current() == phase ? 1.0 : 500.0);
+    }
+  }
+  for (int k = 0; k < KNOB_COUNT; k++)
+    CHECKF(learn_knob((learn_knob_t)k) == knobs[pin][k], "knob %d is %ld, pinned %ld", k, learn_knob((learn_knob_t)k),
+           knobs[pin][k]);
+  /* and the pools obey: with nothing cached (memory) a freed huge block is gone */
+  void *p = hak_malloc(8 * MiB);
+  CHECK(p != NULL);
+  memset(p, 1, 8 * MiB);
+  hak_free(p);
+  size_t cached = huge_cached_bytes();
+  CHECKF(pin == MEMORY ? cached == 0 : cached >= 8 * MiB, "%zu bytes cached under strategy %d", cached, pin);
+  printf("test_learn pinned %d: strategy and knobs unchanged by 400 rated epochs: OK\n", pin);
+}
+
+/* Bursts of huge blocks, freed and allocated again, for ms milliseconds. */
+static void burst(int ms)
+{
+  uint64_t seed = 7;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    void *b[4];
+    for (int i = 0; i < 4; i++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      size_t size = (2 * MiB) << (seed >> 61 & 3);
+      b[i] = hak_malloc(size);
+      CHECK(b[i] != NULL);
+      for (size_t off = 0; off < size; off += 4096) ((char *)b[i])[off] = (char)off;
+    }
+    for (int i = 0; i < 4; i++) {
+      hak_free(b[i]);
+      /* the largest strategy's bound (the running one may change meanwhile) */
+      CHECKF(huge_cached_bytes() <= 1024 * MiB, "BigCache holds %zu MiB", huge_cached_bytes() / MiB);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= ms) break;
+  }
+}
+
+static void test_live(int want_cache)
+{
+  burst(2000);
+  int s = best_rated(); /* the one running may be an exploration */
+  if (want_cache)
+    CHECKF(s == SPEED || s == DEFAULT, "weight 100 (speed) settled on strategy %d", s);
+  else
+    CHECKF(s == MEMORY || s == LEAN, "weight 0 (memory) settled on strategy %d", s);
+  printf("test_learn %s: settled on strategy %d (ratings %.0f %.0f %.0f %.0f): OK\n", want_cache ? "speed" : "memory",
+         s, learn_rating(0), learn_rating(1), learn_rating(2), learn_rating(3));
+}
+
+int main(int argc, char **argv)
+{
+  const char *mode = argc > 1 ? argv[1] : "rating";
+  hak_free(hak_malloc(1)); /* initialise: options read */
+  if (strcmp(mode, "rating") == 0) test_rating();
+  else if (strcmp(mode, "pinned") == 0) test_pinned(argc > 2 ? atoi(argv[2]) : 0);
+  else if (strcmp(mode, "speed") == 0) test_live(1);
+  else if (strcmp(mode, "memory") == 0) test_live(0);
+  else {
+    fprintf(stderr, "usage: test_learn rating|pinned K|speed|memory\n");
+    return 2;
+  }
+  return 0;
+}
