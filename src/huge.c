@@ -39,15 +39,23 @@ static huge_header_t *huge_header(const void *p, uint8_t kind) {
   return (huge_header_t *)chunk;
 }
 
-/* Takes the smallest cached run of at least need bytes, or else the
- * largest one. */
+/* How well a cached run serves a mapping of need bytes (higher is better):
+ * one at a region boundary that holds it is used in place, the smallest
+ * first; one that holds it elsewhere must be moved; a smaller one only
+ * contributes its pages, the largest first. */
+static size_t fit_rank(const cache_entry_t *e, size_t need) {
+  bool aligned = ((uintptr_t)e->base & (REGION_SIZE - 1)) == 0;
+  if (e->size < need) return e->size >> 12;
+  return ((size_t)(aligned ? 3 : 2) << 52) - (e->size >> 12);
+}
+
+/* Takes the cached run that serves need bytes best. */
 static bool cache_take(size_t need, cache_entry_t *out) {
   hak_lock(&hak_lock_huge);
   size_t best = CACHE_SLOTS;
   for (size_t i = 0; i < CACHE_SLOTS; i++) {
     if (cache[i].base == NULL) continue;
-    size_t sz = cache[i].size, bsz = best < CACHE_SLOTS ? cache[best].size : 0;
-    if (best == CACHE_SLOTS || (sz >= need ? bsz < need || sz < bsz : bsz < need && sz > bsz)) best = i;
+    if (best == CACHE_SLOTS || fit_rank(&cache[i], need) > fit_rank(&cache[best], need)) best = i;
   }
   if (best < CACHE_SLOTS) {
     *out = cache[best];
@@ -60,16 +68,19 @@ static bool cache_take(size_t need, cache_entry_t *out) {
 
 static void cache_put(char *base, size_t size);
 
-/* A mapping of need bytes built from cached runs of resident pages: one run
- * that fits at a region boundary is used as it is; otherwise the runs' pages
+/* A mapping of at least *needp bytes (set to the bytes it has) built from
+ * cached runs of resident pages: one run that fits at a region boundary is
+ * used as it is; otherwise the runs' pages
  * are moved with mremap (no copy, no page fault) into a fresh aligned
  * mapping, whose rest faults in as usual. Leftover tails go back to the
  * cache. Returns NULL when the cache is empty. */
-static char *cache_assemble(size_t need) {
+static char *cache_assemble(size_t *needp) {
   cache_entry_t e;
+  size_t need = *needp;
   if (!cache_take(need, &e)) return NULL;
   if (e.size >= need && ((uintptr_t)e.base & (REGION_SIZE - 1)) == 0) {
-    if (e.size > need) cache_put(e.base + need, e.size - need);
+    if (e.size - need <= need / 4) *needp = e.size; /* a small rest stays with the block */
+    else cache_put(e.base + need, e.size - need);
     return e.base;
   }
   char *to = os_map_aligned(need, REGION_SIZE);
@@ -145,7 +156,7 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   uint8_t kind = MAP_HUGE;
   if (align >= REGION_SIZE) kind = (uint8_t)(MAP_HUGE + __builtin_ctzl(align) - REGION_SHIFT + 1);
   learn_tick();
-  char *base = kind == MAP_HUGE ? cache_assemble(map_size) : NULL;
+  char *base = kind == MAP_HUGE ? cache_assemble(&map_size) : NULL;
   bool cached = base != NULL;
   if (cached) {
     stat_inc(huge_cache_hits);

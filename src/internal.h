@@ -48,7 +48,7 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 
 #define SMALL_MAX 32768       /* Tiny (<= 1 KiB) and Mid (<= 32 KiB) classes */
 #define TINY_MAX 1024
-#define LARGE_MAX (REGION_SIZE / 4) /* spans of units; above this, Huge mappings */
+#define LARGE_MAX (REGION_SIZE / 2) /* spans of units; above this, Huge mappings */
 #define NUM_CLASSES 41
 #define MIN_ALIGN 16 /* what malloc guarantees for blocks of 16 bytes and more */
 

@@ -18,8 +18,9 @@
  * epochs (a recent cost is a cost of the same workload phase, a stale one is
  * not). The best-rated strategy runs, except that a seeded generator sends a
  * rival (the one measured longest ago) to run now and then: rarely while the
- * running strategy's cost is steady, often when it jumps (a new phase), and
- * at the start, once each. An
+ * running strategy's cost is steady, often when it jumps (a new phase). An
+ * exploring epoch is a quarter of the usual length: a rival may be much
+ * worse than the incumbent, and a cost rate needs only a short sample. An
  * epoch is scored even when it follows a switch: a warm-up epoch would
  * double the price of each exploration, and the pools refill or drain
  * within the first milliseconds of an epoch. All of this runs under a
@@ -63,7 +64,7 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 #define RECENT_EPOCHS 8     /* rivals measured longer ago are not compared */
 #define DRAW_MARGIN 0.05    /* costs within 5 % draw */
 #define NEGLIGIBLE_COST 0.5 /* ms per second: below this both draw */
-#define EXPLORE_STEADY 16   /* explore one epoch in 16 ... */
+#define EXPLORE_STEADY 8    /* explore one epoch in 8 ... */
 #define EXPLORE_SHIFTED 4   /* ... or one in 4 after the cost jumped */
 #define JUMP 3.0            /* by this factor: a new phase, not noise */
 #define SAMPLE_MS 10
@@ -73,7 +74,7 @@ static _Atomic uint64_t last_sample_ms;
 
 static struct {
   hak_lock_t lock;
-  bool started;
+  bool started, exploring;
   uint64_t start_ms, sample_ms, epochs, rng;
   double held_mib, held_mib_ms;              /* last sample, integral this epoch */
   uint64_t faults, calls, purged;            /* at the epoch's start */
@@ -165,8 +166,9 @@ int learn_rate(double cost) {
     if (L.rating[t] > L.rating[best]) best = t;
   for (int t = 0; t < LEARN_STRATEGIES; t++)
     if (t != best && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
-  bool explore = L.scored_at[stalest] == 0 || (next_random() >> 33) % (jumped ? EXPLORE_SHIFTED : EXPLORE_STEADY) == 0;
+  bool explore = (next_random() >> 33) % (jumped ? EXPLORE_SHIFTED : EXPLORE_STEADY) == 0;
   int next = explore ? stalest : best;
+  L.exploring = next != best;
   if (!learning()) next = s; /* pinned: rate, never switch */
   atomic_store_explicit(&current, next, memory_order_relaxed);
   return next;
@@ -215,7 +217,8 @@ void learn_tick(void) {
   L.held_mib_ms += L.held_mib * (double)(now - L.sample_ms);
   L.held_mib = held_mib();
   L.sample_ms = now;
-  if (now - L.start_ms >= (uint64_t)hak_option(OPT_LEARN_EPOCH_MS)) epoch_end(now);
+  uint64_t epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS);
+  if (now - L.start_ms >= (L.exploring ? epoch / 4 : epoch)) epoch_end(now);
   hak_unlock(&L.lock);
 }
 

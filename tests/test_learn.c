@@ -126,7 +126,7 @@ static void burst(int ms)
 
 static void test_live(int want_cache)
 {
-  burst(2000);
+  burst(4000);
   int s = best_rated(); /* the one running may be an exploration */
   if (want_cache)
     CHECKF(s == SPEED || s == DEFAULT, "weight 100 (speed) settled on strategy %d", s);
