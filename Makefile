@@ -15,11 +15,9 @@ test: all
 
 bench: all
 	bench/run.sh --full
-	bench/phases.sh --full
 
 bench-quick: all
 	bench/run.sh --quick
-	bench/phases.sh --quick
 
 install: all
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX))

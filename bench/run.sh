@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bench/run.sh - run every workload under hakmem and each installed peer
 # allocator (glibc, mimalloc, jemalloc, tcmalloc), switched by LD_PRELOAD,
-# interleaved (A B C D, A B C D, ...), and write bench/results/latest.{md,csv,png}.
+# interleaved (A B C D, A B C D, ...), and write bench/results/latest.{md,csv,png}
+# and phases.png.  The phases workload also runs hakmem's learning variants
+# (weights 0 and 100, each strategy pinned), set by environment variables.
 #
-#   bench/run.sh --quick          1 round, small sizes (< 1 minute)
-#   bench/run.sh --full           5 rounds, reference sizes (appends history.md)
+#   bench/run.sh --quick          1 round, small sizes, 0.25 s phases (< 1 minute)
+#   bench/run.sh --full           5 rounds (phases: 3 rounds of 1 s phases), reference sizes (appends history.md)
 #   options: --rounds N  --build DIR (default: build)  --out DIR (default: bench/results)
 #            --only "larson memory ..."  (workload names)   --no-fastpath
 #
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --no-fastpath) FASTPATH=0 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -31,7 +33,10 @@ done
 [ -n "$ROUNDS" ] || { [ $MODE = full ] && ROUNDS=5 || ROUNDS=1; }
 BIN=$BUILD/bench
 mkdir -p "$OUT"
-WORKLOADS="larson random_mixed mid_large_mt memory cross_thread realloc large fastpath"
+WORKLOADS="larson random_mixed mid_large_mt memory cross_thread realloc large fastpath phases"
+# hakmem's learner reads these; the runner sets them per configuration (below),
+# so that plain "hakmem" means the defaults whatever the calling shell exports.
+unset HAKMEM_LEARN HAKMEM_LEARN_PIN HAKMEM_LEARN_WEIGHT
 
 # ---- workloads: build them with cc if CMake has not -------------------------
 for w in $WORKLOADS; do
@@ -64,8 +69,11 @@ find_lib() { # soname, then fixed Debian paths
   done
   echo "$p"
 }
-ALLOCS=() LIBS=() SKIPPED=()
-add_alloc() { # name path-or-empty(glibc) reason-if-missing
+# One configuration per entry: name, LD_PRELOAD, environment (VAR=value words,
+# passed through env) and the workloads it runs: all, "phases" only, or every
+# workload but phases ("-phases").
+ALLOCS=() LIBS=() ENVS=() SCOPES=() SKIPPED=()
+add_alloc() { # name path-or-empty(glibc) reason-if-missing [env [scope]]
   local name=$1 lib=$2
   if [ "$name" != glibc ]; then
     if [ -z "$lib" ] || [ ! -e "$lib" ]; then SKIPPED+=("$name ($3)"); return; fi
@@ -73,10 +81,20 @@ add_alloc() { # name path-or-empty(glibc) reason-if-missing
       SKIPPED+=("$name ($lib cannot be preloaded)"); return
     fi
   fi
-  ALLOCS+=("$name") LIBS+=("$lib")
+  ALLOCS+=("$name") LIBS+=("$lib") ENVS+=("${4:-}") SCOPES+=("${5:-all}")
+}
+runs_on() { # allocator index, workload: does that configuration run it?
+  case ${SCOPES[$1]} in all) return 0 ;; -*) [ "-$2" != "${SCOPES[$1]}" ] ;; *) [ "$2" = "${SCOPES[$1]}" ] ;; esac
 }
 add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
-add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)"
+add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)" "" -phases
+# hakmem's learned Large/Huge strategy, for the phases workload only: learning
+# with all weight on memory (w0) or on time (w100), and each strategy pinned
+# (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50.
+if [ "${ALLOCS[0]:-}" = hakmem ]; then
+  for w in 0 100; do add_alloc hakmem-w$w "$HAKMEM_LIB" "" "HAKMEM_LEARN=1 HAKMEM_LEARN_WEIGHT=$w" phases; done
+  for k in 0 1 2 3; do add_alloc hakmem-pin$k "$HAKMEM_LIB" "" "HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=$k" phases; done
+fi
 add_alloc glibc "" ""
 add_alloc mimalloc "$(find_lib libmimalloc.so.2)" "apt-get install libmimalloc-dev"
 add_alloc jemalloc "$(find_lib libjemalloc.so.2)" "apt-get install libjemalloc-dev"
@@ -84,7 +102,9 @@ add_alloc tcmalloc "$(find_lib libtcmalloc_minimal.so.4)" "apt-get install libtc
 echo "run.sh: $MODE mode, $ROUNDS round(s); allocators: ${ALLOCS[*]}" >&2
 for s in "${SKIPPED[@]}"; do echo "run.sh: skipped $s" >&2; done
 
-# ---- cases: "workload|case label|arguments" ---------------------------------
+# ---- cases: "workload|case label|arguments[|at most N rounds]" ----------------
+# phases: six phases of 1 s under 11 configurations is 66 s a round, so the
+# full mode gives it 3 rounds (about 3.5 minutes), not 5.
 if [ $MODE = full ]; then
   CASES=(
     "larson|1 thr, 8-1024 B, 1 s|seconds=1 threads=1 min=8 max=1024 chunks=1000 rounds=100 seed=1"
@@ -101,7 +121,8 @@ if [ $MODE = full ]; then
     "cross_thread|1 pair, 16-1024 B|pairs=1 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=20 seed=1"
-    "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1")
+    "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1"
+    "phases|6 phases x 1 s|phase=1.0 seed=1|3")
   FP_N1=1000 FP_N2=21000
 else # quick: same shapes, smaller counts (same parameters as the CTest quick forms)
   CASES=(
@@ -111,7 +132,8 @@ else # quick: same shapes, smaller counts (same parameters as the CTest quick fo
     "memory|1M x 16 B|count=1000000 size=16 settle_ms=0"
     "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=2000000 min=16 max=1024 ring=1024 seed=1"
     "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=4 seed=1"
-    "large|64 KiB-64 MiB, 8 slots|iters=100 slots=8 min=65536 max=67108864 seed=1")
+    "large|64 KiB-64 MiB, 8 slots|iters=100 slots=8 min=65536 max=67108864 seed=1"
+    "phases|6 phases x 0.25 s|phase=0.25 seed=1")
   FP_N1=200 FP_N2=2200
 fi
 if [ -n "$ONLY" ]; then
@@ -122,20 +144,29 @@ if [ -n "$ONLY" ]; then
 fi
 
 CSV=$OUT/latest.csv
-echo "mode,round,workload,case,allocator,status,exit,peak_rss_kib,wall_s,result" >"$CSV"
+echo "mode,round,workload,case,allocator,status,exit,peak_rss_kib,wall_s,result,env" >"$CSV"
 csvq() { printf '"%s"' "${1//\"/\"\"}"; }
 
 # ---- timed runs, interleaved -------------------------------------------------
-total=$(( ROUNDS * ${#CASES[@]} * ${#ALLOCS[@]} )) n=0
+total=0 n=0
+for r in $(seq 1 "$ROUNDS"); do
+  for c in "${CASES[@]}"; do
+    IFS='|' read -r w label args maxr <<<"$c"
+    [ -z "$maxr" ] || [ "$r" -le "$maxr" ] || continue
+    for i in "${!ALLOCS[@]}"; do runs_on "$i" "$w" && total=$((total + 1)); done
+  done
+done
 T0=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
   for c in "${CASES[@]}"; do
-    IFS='|' read -r w label args <<<"$c"
+    IFS='|' read -r w label args maxr <<<"$c"
+    [ -z "$maxr" ] || [ "$r" -le "$maxr" ] || continue
     for i in "${!ALLOCS[@]}"; do
-      a=${ALLOCS[$i]} lib=${LIBS[$i]} n=$((n + 1))
+      runs_on "$i" "$w" || continue
+      a=${ALLOCS[$i]} lib=${LIBS[$i]} envs=${ENVS[$i]} n=$((n + 1))
       t1=$(date +%s.%N)
       # shellcheck disable=SC2086
-      /usr/bin/time -f %M -o "$TMP/rss" timeout 300 env LD_PRELOAD="$lib" "$BIN/$w" $args >"$TMP/out" 2>"$TMP/err"
+      /usr/bin/time -f %M -o "$TMP/rss" timeout 300 env $envs LD_PRELOAD="$lib" "$BIN/$w" $args >"$TMP/out" 2>"$TMP/err"
       rc=$?
       wall=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
       res=$(grep '^bench=' "$TMP/out" | tail -1)
@@ -145,9 +176,9 @@ for r in $(seq 1 "$ROUNDS"); do
       elif [ $rc -eq 124 ]; then st=TIMEOUT
       else st=FAIL; fi
       [ $st = ok ] || res="$res $(tail -c 300 "$TMP/err" | tr '\n"' ' _')"
-      echo "$MODE,$r,$w,$(csvq "$label"),$a,$st,$rc,$rss,$(printf %.2f "$wall"),$(csvq "$res")" >>"$CSV"
-      fig=$(grep -o 'ops_per_sec=[0-9.]*\|overhead_pct=[-0-9.]*' <<<"$res" | head -1)
-      printf '[%3d/%d] round %d %-13s %-9s %-7s %s rss=%sK %.1fs\n' $n $total "$r" "$w" "$a" "$st" "$fig" "$rss" "$wall" >&2
+      echo "$MODE,$r,$w,$(csvq "$label"),$a,$st,$rc,$rss,$(printf %.2f "$wall"),$(csvq "$res"),$(csvq "$envs")" >>"$CSV"
+      fig=$(grep -o 'ops_per_sec=[0-9.]*\|overhead_pct=[-0-9.]*\|total_sys_ms=[0-9.]*\|total_xs=[-0-9.]*' <<<"$res" | head -2 | tr '\n' ' ')
+      printf '[%3d/%d] round %d %-13s %-13s %-7s %s rss=%sK %.1fs\n' $n $total "$r" "$w" "$a" "$st" "$fig" "$rss" "$wall" >&2
     done
   done
 done
@@ -159,6 +190,7 @@ if [ $FASTPATH = 1 ]; then
   else
     : >"$TMP/jobs"
     for i in "${!ALLOCS[@]}"; do
+      runs_on "$i" fastpath || continue
       for s in 32 512 8192; do
         for it in $FP_N1 $FP_N2; do echo "$i $s $it" >>"$TMP/jobs"; done
       done
@@ -174,6 +206,7 @@ if [ $FASTPATH = 1 ]; then
     while read -r i s it; do printf '%s\0%s\0%s\0%s\0' "$i" "$s" "$it" "${LIBS[$i]}"; done <"$TMP/jobs" |
       xargs -0 -n 4 -P "$(nproc)" bash -c 'fp_job "$@"' _
     for i in "${!ALLOCS[@]}"; do
+      runs_on "$i" fastpath || continue
       a=${ALLOCS[$i]}
       for s in 32 512 8192; do
         f1=$TMP/fp.$i.$s.$FP_N1 f2=$TMP/fp.$i.$s.$FP_N2
@@ -189,7 +222,7 @@ if [ $FASTPATH = 1 ]; then
           st=FAIL; echo "run.sh: $a: LD_PRELOAD did not apply under valgrind ($(grep -o 'malloc_from=[^ ]*' "$f2"))" >&2
         fi
         res="bench=fastpath-callgrind size=$s iters1=$FP_N1 iters2=$FP_N2 collected1=$c1 collected2=$c2 instr_per_pair=$ipp $(grep -o 'malloc_from=[^ ]*' "$f2")"
-        echo "$MODE,1,fastpath,$(csvq "$s B"),$a,$st,,,,$(csvq "$res")" >>"$CSV"
+        echo "$MODE,1,fastpath,$(csvq "$s B"),$a,$st,,,,$(csvq "$res")," >>"$CSV"
         printf '[fastpath] %-9s %5s B  %s instructions per malloc+free pair\n' "$a" "$s" "${ipp:-FAIL}" >&2
       done
     done
@@ -207,7 +240,7 @@ if command -v gnuplot >/dev/null; then
 else
   echo "run.sh: gnuplot not installed: no chart" >&2
 fi
-echo "run.sh: wrote $OUT/latest.md, latest.csv, latest.png ($(( $(date +%s) - T0 )) s)" >&2
+echo "run.sh: wrote $OUT/latest.md, latest.csv and its charts (latest.png, phases.png) ($(( $(date +%s) - T0 )) s)" >&2
 # A full run into the project's results also refreshes the table in the README.
 if [ $MODE = full ] && [ "$OUT" = "$ROOT/bench/results" ]; then
   python3 "$ROOT/bench/report.py" --readme "$ROOT/README.md" --latest "$OUT/latest.md" &&

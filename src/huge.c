@@ -20,6 +20,7 @@ typedef struct {
   uint64_t magic;
   char *block;      /* the pointer handed out */
   size_t map_size;  /* bytes mapped from the header on */
+  size_t usable;    /* bytes the block offers: a reused run may be larger */
 } huge_header_t;
 
 typedef struct {
@@ -79,8 +80,17 @@ static char *cache_assemble(size_t *needp) {
   size_t need = *needp;
   if (!cache_take(need, &e)) return NULL;
   if (e.size >= need && ((uintptr_t)e.base & (REGION_SIZE - 1)) == 0) {
-    if (e.size - need <= need / 4) *needp = e.size; /* a small rest stays with the block */
-    else cache_put(e.base + need, e.size - need);
+    /* Up to twice the need, the whole run serves (no system call); beyond,
+     * the rest goes back from the next region boundary, where it too can
+     * serve in place. Slack beyond what the strategy lets stay resident
+     * with the block is purged. */
+    size_t keep = (need + REGION_SIZE - 1) & ~(REGION_SIZE - 1);
+    if (e.size <= 2 * need || keep >= e.size) keep = e.size;
+    else cache_put(e.base + keep, e.size - keep);
+    size_t page = os_page_size();
+    size_t slack = (need / 100 * (size_t)learn_knob(KNOB_HUGE_SLACK_PCT) + page - 1) & ~(page - 1);
+    if (keep - need > slack) os_purge(e.base + need + slack, keep - need - slack);
+    *needp = keep;
     return e.base;
   }
   char *to = os_map_aligned(need, REGION_SIZE);
@@ -175,6 +185,10 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   h->magic = HUGE_MAGIC;
   h->block = base + offset;
   h->map_size = map_size;
+  /* a larger cached run is not handed out whole: like a size class, at most
+   * a quarter more than asked */
+  size_t cap = (size + size / 4 + page - 1) & ~(page - 1);
+  h->usable = map_size - offset < cap ? map_size - offset : cap;
   if (zero && cached) memset(h->block, 0, size);
   region_map_set(h->block, kind);
   atomic_fetch_add_explicit(&hak_huge_bytes, map_size, memory_order_relaxed);
@@ -208,7 +222,7 @@ void huge_free(void *p) {
 
 size_t huge_usable_size(const void *p) {
   huge_header_t *h = huge_lookup(p);
-  return h ? h->map_size - (size_t)(h->block - (char *)h) : 0;
+  return h ? h->usable : 0;
 }
 
 /* Resizes in place, or moves the pages (no copy) to a new aligned address.
@@ -220,7 +234,10 @@ void *huge_realloc(void *p, size_t size) {
   size_t need = (offset + size + page - 1) & ~(page - 1);
   if (need < size) return NULL;
   size_t old = h->map_size;
-  if (need <= old && need >= old / 2) return p;
+  if (need <= old && need >= old / 2) {
+    h->usable = need - offset;
+    return p;
+  }
   if (need < old) { /* shrink: unmap the tail */
     os_unmap((char *)h + need, old - need);
   } else if (os_remap(h, old, need, NULL) == NULL) {
@@ -239,6 +256,7 @@ void *huge_realloc(void *p, size_t size) {
     region_map_set(h->block, MAP_HUGE);
   }
   h->map_size = need;
+  h->usable = need - offset;
   stat_free(STAT_ROW_HUGE, old - offset, true);
   stat_alloc(STAT_ROW_HUGE, need - offset);
   if (need > old) atomic_fetch_add_explicit(&hak_huge_bytes, need - old, memory_order_relaxed);

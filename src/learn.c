@@ -2,7 +2,9 @@
  *
  * A strategy is a complete setting of the knobs that trade time in the OS
  * for memory: how long freed units stay resident before madvise, how many
- * bytes of freed huge blocks the BigCache keeps, and for how long. Time runs
+ * bytes of freed huge blocks the BigCache keeps and for how long, and how
+ * much of a bigger cached run may stay resident with a huge block that
+ * reuses it. Time runs
  * in epochs (HAKMEM_LEARN_EPOCH_MS); each runs one strategy and measures its
  * cost rate in milliseconds per second:
  *
@@ -18,13 +20,13 @@
  * epochs (a recent cost is a cost of the same workload phase, a stale one is
  * not). The best-rated strategy runs, except that a seeded generator sends a
  * rival (the one measured longest ago) to run now and then: rarely while the
- * running strategy's cost is steady, often when it jumps (a new phase). An
- * exploring epoch is a quarter of the usual length: a rival may be much
- * worse than the incumbent, and a cost rate needs only a short sample. An
- * epoch is scored even when it follows a switch: a warm-up epoch would
- * double the price of each exploration, and the pools refill or drain
- * within the first milliseconds of an epoch. All of this runs under a
- * try-lock on slow paths and in the purger, never on a fast path. */
+ * running strategy's cost is steady, often when it jumps (a new phase).
+ * After a switch, the first half epoch is a warm-up that is not scored: the
+ * pools take one free-and-reuse cycle to fill or drain to the new bounds, and
+ * a short exploring epoch scored from a cold start rated a caching strategy
+ * as if it kept nothing (seen under load, when one cycle of bursts of huge
+ * blocks outlasts 25 ms). All of this runs under a try-lock on slow paths and
+ * in the purger, never on a fast path. */
 #include "learn.h"
 
 #include "internal.h"
@@ -35,18 +37,19 @@
 
 static const struct {
   const char *name;
-  long knob[KNOB_COUNT]; /* purge delay ms, BigCache MiB, BigCache age ms */
+  long knob[KNOB_COUNT]; /* purge delay ms, BigCache MiB and age ms, slack % */
 } strategies[LEARN_STRATEGIES] = {
-  {"default", {FROM_OPTION, FROM_OPTION, FROM_OPTION}},
-  {"speed", {600, 1024, 600}}, /* under 1 s: memory still returns within a second */
-  {"lean", {50, 64, 100}},
-  {"memory", {0, 0, 0}},
+  {"default", {FROM_OPTION, FROM_OPTION, FROM_OPTION, FROM_OPTION}},
+  {"speed", {600, 1024, 600, 100}}, /* under 1 s: memory still returns within a second */
+  {"lean", {50, 64, 100, 25}},
+  {"memory", {0, 0, 0, 0}},
 };
 
 static const hak_option_t knob_option[KNOB_COUNT] = {
   [KNOB_PURGE_DELAY_MS] = OPT_PURGE_DELAY_MS,
   [KNOB_BIGCACHE_MB] = OPT_BIGCACHE_MB,
   [KNOB_BIGCACHE_AGE_MS] = OPT_BIGCACHE_AGE_MS,
+  [KNOB_HUGE_SLACK_PCT] = OPT_HUGE_SLACK_PCT,
 };
 
 /* Prices of the OS's work, measured on a 2-core AMD EPYC VM: a minor fault
@@ -74,7 +77,7 @@ static _Atomic uint64_t last_sample_ms;
 
 static struct {
   hak_lock_t lock;
-  bool started, exploring;
+  bool started, warming; /* warming: the half epoch after a switch */
   uint64_t start_ms, sample_ms, epochs, rng;
   double held_mib, held_mib_ms;              /* last sample, integral this epoch */
   uint64_t faults, calls, purged;            /* at the epoch's start */
@@ -168,7 +171,6 @@ int learn_rate(double cost) {
     if (t != best && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
   bool explore = (next_random() >> 33) % (jumped ? EXPLORE_SHIFTED : EXPLORE_STEADY) == 0;
   int next = explore ? stalest : best;
-  L.exploring = next != best;
   if (!learning()) next = s; /* pinned: rate, never switch */
   atomic_store_explicit(&current, next, memory_order_relaxed);
   return next;
@@ -181,6 +183,7 @@ static double held_mib(void) {
 static void epoch_begin(uint64_t now) {
   L.start_ms = L.sample_ms = now;
   L.held_mib_ms = 0;
+  L.held_mib = held_mib(); /* after a switch: what the new strategy keeps */
   L.faults = os_minor_faults();
   L.calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
   L.purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
@@ -198,7 +201,13 @@ static void epoch_end(uint64_t now) {
   double cost = (w * os_ms + (1 - w) * MIB_PRICE_MS * L.held_mib_ms / 1000) / secs;
   L.ran_ms[s] += now - L.start_ms;
   L.ran_epochs[s]++;
-  learn_rate(cost);
+  if (learn_rate(cost) != s) {
+    /* The new strategy's bounds hold from now, not from the next free or
+     * purge round. */
+    huge_cache_evict_aged();
+    purge_notice_dirty();
+    L.warming = true;
+  }
   epoch_begin(now);
 }
 
@@ -218,7 +227,13 @@ void learn_tick(void) {
   L.held_mib = held_mib();
   L.sample_ms = now;
   uint64_t epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS);
-  if (now - L.start_ms >= (L.exploring ? epoch / 4 : epoch)) epoch_end(now);
+  if (L.warming && now - L.start_ms >= epoch / 2) {
+    L.warming = false;
+    L.ran_ms[strategy_now()] += now - L.start_ms;
+    epoch_begin(now);
+  } else if (now - L.start_ms >= epoch) {
+    epoch_end(now);
+  }
   hak_unlock(&L.lock);
 }
 
@@ -227,12 +242,12 @@ void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_orde
 void learn_print(os_out_t *o) {
   os_out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
   os_out_str(o, strategies[strategy_now()].name);
-  os_out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  rating  epochs  run-ms  cost-ms/s\n");
+  os_out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  slack-%  rating  epochs  run-ms  cost-ms/s\n");
   for (int i = 0; i < LEARN_STRATEGIES; i++) {
     os_out_str(o, "  ");
     os_out_str(o, strategies[i].name);
     os_out_str(o, &"          "[__builtin_strlen(strategies[i].name) < 8 ? __builtin_strlen(strategies[i].name) + 2 : 9]);
-    static const int width[KNOB_COUNT] = {8, 11, 10};
+    static const int width[KNOB_COUNT] = {8, 11, 10, 9};
     for (int j = 0; j < KNOB_COUNT; j++) {
       long v = knob_value(i, (learn_knob_t)j);
       if (v < 0) os_out_str(o, &"     never"[10 - width[j]]);

@@ -79,7 +79,7 @@ static void test_rating(void)
 static void test_pinned(int pin)
 {
   static const long knobs[LEARN_STRATEGIES][KNOB_COUNT] = {
-    {250, 256, 500}, {600, 1024, 600}, {50, 64, 100}, {0, 0, 0}};
+    {250, 256, 500, 100}, {600, 1024, 600, 100}, {50, 64, 100, 25}, {0, 0, 0, 0}};
   for (int phase = 0; phase < 4; phase++) {
     for (int i = 0; i < 100; i++) {
       CHECKF(learn_current() == pin, "pinned strategy changed to %d", learn_current());
@@ -126,7 +126,7 @@ static void burst(int ms)
 
 static void test_live(int want_cache)
 {
-  burst(4000);
+  burst(5000);
   int s = best_rated(); /* the one running may be an exploration */
   if (want_cache)
     CHECKF(s == SPEED || s == DEFAULT, "weight 100 (speed) settled on strategy %d", s);
