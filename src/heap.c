@@ -7,6 +7,7 @@
  * adopts it whole, so nothing is leaked and memory is reused. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <string.h>
 
 #include "internal.h"
 #include "options.h"
@@ -135,10 +136,34 @@ static void slab_set_idle(heap_t *heap, slab_t *s, bool idle) {
   hak_unlock(&heap->lock);
 }
 
+/* How many fresh blocks the heap carves for cls now. A class carved again
+ * within CARVE_HOT_GAP of the heap's carves doubles its batch; one left alone
+ * longer halves it once per CARVE_COLD_GAP carves since. A thread that
+ * touches a class now and then writes a page of it, not 32 Mid blocks (a
+ * page each); a class in a hot loop fills its slab in a few carves. The clock
+ * counts carves, not time or calls, so the batches are deterministic and the
+ * same with statistics on. */
+#define CARVE_HOT_GAP 8
+#define CARVE_COLD_GAP 64
+static size_t heap_carve_count(heap_t *heap, unsigned cls) {
+  size_t bsize = hak_class_size[cls];
+  size_t lo = CARVE_BYTES / bsize ? CARVE_BYTES / bsize : 1;
+  size_t hi = CARVE_HOT_BYTES / bsize > CARVE_MIN_HOT ? CARVE_HOT_BYTES / bsize : CARVE_MIN_HOT;
+  uint32_t gap = ++heap->carves - heap->carve_at[cls];
+  heap->carve_at[cls] = heap->carves;
+  size_t n = heap->carve_n[cls];
+  if (n == 0) n = lo;
+  else if (gap <= CARVE_HOT_GAP) n *= 2;
+  else n >>= gap / CARVE_COLD_GAP < 16 ? gap / CARVE_COLD_GAP : 16;
+  n = n < lo ? lo : n > hi ? hi : n;
+  heap->carve_n[cls] = (uint16_t)n;
+  return n;
+}
+
 /* Refills s, first taking back an idle slab's units from the purger. */
 static bool heap_slab_refill(heap_t *heap, slab_t *s) {
   if (unlikely(s->idle)) slab_set_idle(heap, s, false);
-  return slab_refill(s);
+  return slab_take_local(s) || (s->bump < s->end && slab_carve(s, heap_carve_count(heap, s->cls)));
 }
 
 /* A slab's last block came back. Keep the class's current slab and one spare;
@@ -260,6 +285,7 @@ heap_t *heap_init_thread(void) {
   hak_unlock(&hak_lock_heaps);
   if (h) {
     h->next_abandoned = NULL;
+    memset(h->carve_n, 0, sizeof h->carve_n); /* a new thread starts small */
     stat_inc(heaps_adopted);
   } else if ((h = heap_new()) == NULL) {
     return NULL;

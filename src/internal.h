@@ -202,7 +202,9 @@ struct heap_s {
   hak_lock_t lock;                 /* regions' spans and list: owner vs. purger */
   heap_t *next_abandoned;
   heap_t *next_all;
-  uint64_t slow_calls;
+  uint32_t carves;                /* clock: fresh carves by this heap */
+  uint32_t carve_at[NUM_CLASSES]; /* the clock at each class's last carve */
+  uint16_t carve_n[NUM_CLASSES];  /* blocks of the class's next carve; 0: not yet */
 } __attribute__((aligned(64)));
 
 extern slab_t hak_slab_empty;
@@ -219,7 +221,15 @@ hak_inline heap_t *slab_heap(const slab_t *s) {
 
 /* slab.c */
 void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
-bool slab_refill(slab_t *s);
+/* Fresh blocks per carve, learned per heap and class (heap.c): a cold class
+ * carves about a page (at least one block), a hot one up to four pages or 32
+ * blocks, whichever is more. */
+#define CARVE_BYTES 4096
+#define CARVE_HOT_BYTES 16384
+#define CARVE_MIN_HOT 32
+#define CARVE_MAX_BLOCKS (CARVE_HOT_BYTES / 8)
+bool slab_take_local(slab_t *s);
+bool slab_carve(slab_t *s, size_t n);
 void slab_reset(slab_t *s);
 void slab_free_remote(slab_t *s, block_t *b);
 size_t slab_collect_remote(slab_t *s);

@@ -5,9 +5,6 @@
 #include "internal.h"
 #include "stats.h"
 
-#define CARVE_BYTES 4096 /* carve about a page of fresh blocks at a time, */
-#define CARVE_MIN 32     /* but at least this many: one carve per Mid slab */
-
 void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   size_t bsize = hak_class_size[cls], bytes = units * UNIT_SIZE;
   s->free = NULL;
@@ -31,7 +28,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
 
 /* Secure build: links n fresh blocks from b in a random order. */
 static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
-  uint16_t order[CARVE_BYTES / 16 > CARVE_MIN ? CARVE_BYTES / 16 : CARVE_MIN];
+  uint16_t order[CARVE_MAX_BLOCKS];
   uint64_t r = secure_random();
   for (size_t i = 0; i < n; i++) order[i] = (uint16_t)i;
   for (size_t i = n - 1; i > 0; i--) {
@@ -57,31 +54,33 @@ void slab_reset(slab_t *s) {
   __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
 }
 
-/* Makes s->free non-empty from local frees or fresh blocks. */
-bool slab_refill(slab_t *s) {
-  if (s->local_free) {
-    s->free = s->local_free;
-    s->local_free = NULL;
-    return true;
+/* Makes s->free non-empty from the owner's local frees. */
+bool slab_take_local(slab_t *s) {
+  if (s->local_free == NULL) return false;
+  s->free = s->local_free;
+  s->local_free = NULL;
+  return true;
+}
+
+/* Makes s->free up to n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS); false
+ * when none is left. */
+bool slab_carve(slab_t *s, size_t n) {
+  hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS);
+  if (s->bump >= s->end) return false;
+  size_t bsize = s->bsize;
+  char *b = s->bump, *last = b + (n - 1) * bsize;
+  if (last >= s->end) last = s->end - bsize;
+  n = (size_t)(last - b) / bsize + 1;
+  if (HAKMEM_SECURE) {
+    s->free = carve_shuffled(s, b, n);
+  } else {
+    for (char *q = b; q < last; q += bsize) ((block_t *)q)->next = (block_t *)(q + bsize);
+    ((block_t *)last)->next = NULL;
+    s->free = (block_t *)b;
   }
-  if (s->bump < s->end) {
-    size_t bsize = s->bsize, n = CARVE_BYTES / bsize;
-    if (n < CARVE_MIN) n = CARVE_MIN;
-    char *b = s->bump, *last = b + (n - 1) * bsize;
-    if (last >= s->end) last = s->end - bsize;
-    n = (size_t)(last - b) / bsize + 1;
-    if (HAKMEM_SECURE) {
-      s->free = carve_shuffled(s, b, n);
-    } else {
-      for (char *q = b; q < last; q += bsize) ((block_t *)q)->next = (block_t *)(q + bsize);
-      ((block_t *)last)->next = NULL;
-      s->free = (block_t *)b;
-    }
-    __atomic_store_n(&s->bump, last + bsize, __ATOMIC_RELAXED);
-    stat_refill(s->cls);
-    return true;
-  }
-  return false;
+  __atomic_store_n(&s->bump, last + bsize, __ATOMIC_RELAXED);
+  stat_refill(s->cls);
+  return true;
 }
 
 /* Another thread frees b: push it, and when the list was empty tell the

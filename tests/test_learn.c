@@ -11,11 +11,17 @@
  *            and the BigCache stays within the largest strategy's bound
  *   memory   (HAKMEM_LEARN_WEIGHT=0) the same burst: learning settles on a
  *            strategy that keeps nothing cached
+ *   carve    the learned refill batch of a thread's size class: a class used
+ *            once carves one page's worth (one 32 KiB block), a hot one
+ *            doubles up to its bound, one left cold while others carve decays
+ *            back, and every carved block holds what was written to it
  *
- * usage: test_learn rating|pinned K|speed|memory
+ * usage: test_learn rating|pinned K|speed|memory|carve
  */
 #define USE_HAK_API
 #include "testutil.h"
+
+#include <pthread.h>
 
 #include "../src/internal.h"
 #include "../src/learn.h"
@@ -136,6 +142,69 @@ static void test_live(int want_cache)
          s, learn_rating(0), learn_rating(1), learn_rating(2), learn_rating(3));
 }
 
+/* Allocates n blocks of size, each filled with its index; returns them. */
+static void **fill(size_t n, size_t size)
+{
+  void **v = hak_malloc(n * sizeof *v);
+  CHECK(v != NULL);
+  for (size_t i = 0; i < n; i++) {
+    CHECK((v[i] = hak_malloc(size)) != NULL);
+    memset(v[i], (int)(i & 0xff), size);
+  }
+  return v;
+}
+
+static void drop(void **v, size_t n, size_t size)
+{
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *b = v[i];
+    CHECKF(b[0] == (i & 0xff) && b[size - 1] == (i & 0xff), "block %zu of %zu B damaged", i, size);
+    hak_free(v[i]);
+  }
+  hak_free(v);
+}
+
+static void *carve_thread(void *arg)
+{
+  (void)arg;
+  const size_t big = 32768, small = 16;
+  unsigned cb = size_class(big), cs = size_class(small);
+  void *one = hak_malloc(big);
+  CHECK(one != NULL);
+  slab_t *s = slab_of(one);
+  CHECKF(s->bump - slab_start(s) == (ptrdiff_t)big, "first carve of a 32 KiB class took %td bytes",
+         s->bump - slab_start(s));
+  CHECKF(heap_get()->carve_n[cb] == 1, "cold batch %u", heap_get()->carve_n[cb]);
+  hak_free(one);
+
+  size_t n = 2000; /* many slabs' worth: every carve after the first is hot */
+  void **v = fill(n, big);
+  unsigned hot = heap_get()->carve_n[cb];
+  CHECKF(hot == CARVE_MIN_HOT, "hot batch of the 32 KiB class %u, bound %d", hot, CARVE_MIN_HOT);
+  printf("test_learn carve: 32 KiB class: first carve 1 block, hot %u\n", hot);
+
+  /* 16-byte blocks carve 256 to 1024 at a time: 200,000 of them make at
+   * least 195 carves, three cold gaps for the 32 KiB class. */
+  size_t m = 200000;
+  void **w = fill(m, small);
+  CHECKF(heap_get()->carve_n[cs] == CARVE_HOT_BYTES / small, "hot batch of 16 B %u", heap_get()->carve_n[cs]);
+  CHECKF(heap_get()->carve_n[cb] == hot, "the 32 KiB class's batch changed without a carve");
+  void *x[64];
+  unsigned cold = 0, k = 0;
+  for (uint32_t c0 = heap_get()->carves; k < 64 && heap_get()->carves == c0; k++)
+    CHECK((x[k] = hak_malloc(big)) != NULL); /* up to the first carve */
+  cold = heap_get()->carve_n[cb];
+  for (; k < 64; k++) CHECK((x[k] = hak_malloc(big)) != NULL);
+  unsigned again = heap_get()->carve_n[cb];
+  for (unsigned i = 0; i < 64; i++) hak_free(x[i]);
+  printf("test_learn carve: after a cold stretch the 32 KiB class carved %u, then %u\n", cold, again);
+  CHECKF(cold <= hot / 4, "cold batch %u, hot %u", cold, hot);
+  CHECKF(again == hot, "batch %u after regrowth, hot %u", again, hot);
+  drop(v, n, big);
+  drop(w, m, small);
+  return NULL;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "rating";
@@ -144,8 +213,12 @@ int main(int argc, char **argv)
   else if (strcmp(mode, "pinned") == 0) test_pinned(argc > 2 ? atoi(argv[2]) : 0);
   else if (strcmp(mode, "speed") == 0) test_live(1);
   else if (strcmp(mode, "memory") == 0) test_live(0);
-  else {
-    fprintf(stderr, "usage: test_learn rating|pinned K|speed|memory\n");
+  else if (strcmp(mode, "carve") == 0) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, carve_thread, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+  } else {
+    fprintf(stderr, "usage: test_learn rating|pinned K|speed|memory|carve\n");
     return 2;
   }
   return 0;
