@@ -165,7 +165,7 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   map_size &= ~(page - 1);
   uint8_t kind = MAP_HUGE;
   if (align >= REGION_SIZE) kind = (uint8_t)(MAP_HUGE + __builtin_ctzl(align) - REGION_SHIFT + 1);
-  learn_tick();
+  learn_tick(size);
   char *base = kind == MAP_HUGE ? cache_assemble(&map_size) : NULL;
   bool cached = base != NULL;
   if (cached) {
@@ -217,7 +217,7 @@ void huge_free(void *p) {
   h->magic = 0;
   cache_put((char *)h, size);
   cache_evict(false);
-  learn_tick();
+  learn_tick(0);
 }
 
 size_t huge_usable_size(const void *p) {

@@ -21,7 +21,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   size_t align_units = align > UNIT_SIZE ? align >> UNIT_SHIFT : 1;
   if (units == 0) units = 1;
   if (units >= REGION_UNITS || align_units > REGION_UNITS / 2) return NULL;
-  learn_tick();
+  learn_tick(size);
   slab_t *s = heap_span_alloc(heap, units, align_units);
   if (s == NULL) return NULL;
   s->kind = SLAB_LARGE;

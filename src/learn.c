@@ -20,7 +20,9 @@
  * epochs (a recent cost is a cost of the same workload phase, a stale one is
  * not). The best-rated strategy runs, except that a seeded generator sends a
  * rival (the one measured longest ago) to run now and then: rarely while the
- * running strategy's cost is steady, often when it jumps (a new phase).
+ * running strategy's cost is steady, more rarely still when the rival is a
+ * known loser (an exploring epoch of the memory strategy in a burst of huge
+ * blocks cost twice a normal one), often when the cost jumps (a new phase).
  * After a switch, the first half epoch is a warm-up that is not scored: the
  * pools take one free-and-reuse cycle to fill or drain to the new bounds, and
  * a short exploring epoch scored from a cold start rated a caching strategy
@@ -52,10 +54,13 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
   [KNOB_HUGE_SLACK_PCT] = OPT_HUGE_SLACK_PCT,
 };
 
-/* Prices of the OS's work, measured on a 2-core AMD EPYC VM: a minor fault
- * (with the page's zeroing) costs 1.5 to 3 us of system time, a mapping call
+/* Prices of the OS's work. A page fault's is timed when learning starts
+ * (os_fault_us): 1.5 to 3 us of system time on one 2-core AMD EPYC VM, about
+ * 100 us of wall time on another whose host backs guest memory lazily (there
+ * keeping freed memory resident pays 50 times more). A mapping call costs
  * about 5 us, madvise about 0.5 us per page it frees. */
-#define FAULT_US 2.0
+#define FAULT_US_MIN 0.5
+#define FAULT_US_MAX 1000.0
 #define CALL_US 5.0
 #define PURGE_PAGE_US 0.5
 #define MIB_PRICE_MS 1.0 /* holding 1 MiB for 1 s costs as much as 1 ms in the kernel */
@@ -66,21 +71,36 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 #define ELO_K 48.0
 #define RECENT_EPOCHS 8     /* rivals measured longer ago are not compared */
 #define DRAW_MARGIN 0.05    /* costs within 5 % draw */
-#define NEGLIGIBLE_COST 0.5 /* ms per second: below this both draw */
-#define EXPLORE_STEADY 8    /* explore one epoch in 8 ... */
+#define NEGLIGIBLE_COST 0.5 /* ms per second: below this, cost 0 */
+#define EXPLORE_STEADY 16   /* explore one epoch in 16 ... */
 #define EXPLORE_SHIFTED 4   /* ... or one in 4 after the cost jumped */
+#define EXPLORE_FAR 32      /* ... and one in 32 for a known loser: a rival */
+#define FAR_RATING 200.0    /* rated this far below the best, or whose last */
+#define LOSER 2.0           /* cost was this many times the best's */
 #define JUMP 3.0            /* by this factor: a new phase, not noise */
 #define SAMPLE_MS 10
+/* An epoch lasts HAKMEM_LEARN_EPOCH_MS and at least EPOCH_MIN_ALLOCS Large
+ * and Huge allocations, or EPOCH_MAX times as long when they are rare: where
+ * each allocation faults in megabytes, a time-only epoch held one or two of
+ * them, and which sizes happened to come decided its cost, not the strategy.
+ * The warm-up after a switch lasts half as long on both counts, so that the
+ * freed blocks a caching strategy inherits or leaves behind are not scored
+ * to the wrong one. */
+#define EPOCH_MIN_ALLOCS 16
+#define EPOCH_MAX 8
 
 static _Atomic int current = -1;
 static _Atomic uint64_t last_sample_ms;
+static _Atomic uint64_t allocs, alloc_bytes; /* Large and Huge allocations so far */
 
 static struct {
   hak_lock_t lock;
   bool started, warming; /* warming: the half epoch after a switch */
   uint64_t start_ms, sample_ms, epochs, rng;
   double held_mib, held_mib_ms;              /* last sample, integral this epoch */
-  uint64_t faults, calls, purged;            /* at the epoch's start */
+  uint64_t faults, calls, purged, allocs, bytes; /* at the epoch's start */
+  double lost_at;                            /* exploring: a cost that loses */
+  double fault_us;                           /* price of a page fault here */
   double rating[LEARN_STRATEGIES];
   double cost[LEARN_STRATEGIES];             /* last scored cost */
   uint64_t scored_at[LEARN_STRATEGIES];      /* epoch of it; 0 never */
@@ -142,7 +162,7 @@ static void elo_game(int s, int t, double score) {
 }
 
 static double game_score(double mine, double theirs) {
-  if (mine < NEGLIGIBLE_COST && theirs < NEGLIGIBLE_COST) return 0.5;
+  if (mine <= 0 && theirs <= 0) return 0.5;
   double rel = (theirs - mine) / (mine > theirs ? mine : theirs);
   return rel > DRAW_MARGIN ? 1 : rel < -DRAW_MARGIN ? 0 : 0.5;
 }
@@ -169,8 +189,11 @@ int learn_rate(double cost) {
     if (L.rating[t] > L.rating[best]) best = t;
   for (int t = 0; t < LEARN_STRATEGIES; t++)
     if (t != best && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
-  bool explore = (next_random() >> 33) % (jumped ? EXPLORE_SHIFTED : EXPLORE_STEADY) == 0;
+  double beat = L.scored_at[best] ? L.cost[best] * LOSER + NEGLIGIBLE_COST : 0;
+  bool far = L.rating[stalest] < L.rating[best] - FAR_RATING || (beat && L.scored_at[stalest] && L.cost[stalest] > beat);
+  bool explore = (next_random() >> 33) % (jumped ? EXPLORE_SHIFTED : far ? EXPLORE_FAR : EXPLORE_STEADY) == 0;
   int next = explore ? stalest : best;
+  L.lost_at = explore ? beat : 0;
   if (!learning()) next = s; /* pinned: rate, never switch */
   atomic_store_explicit(&current, next, memory_order_relaxed);
   return next;
@@ -187,32 +210,69 @@ static void epoch_begin(uint64_t now) {
   L.faults = os_minor_faults();
   L.calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
   L.purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
+  L.allocs = atomic_load_explicit(&allocs, memory_order_relaxed);
+  L.bytes = atomic_load_explicit(&alloc_bytes, memory_order_relaxed);
+}
+
+/* Whether the epoch (or its warm-up, half) has run its course by now. */
+static bool epoch_over(uint64_t now, uint64_t half) {
+  uint64_t ms = now - L.start_ms, epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS);
+  uint64_t n = atomic_load_explicit(&allocs, memory_order_relaxed) - L.allocs;
+  return ms << half >= epoch && (n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
+}
+
+/* The running strategy's cost so far this epoch, per second or, when the
+ * program allocates Large and Huge blocks faster than PACE_MIB_S, per
+ * PACE_MIB_S of them: a strategy that makes every allocation fault must not
+ * look cheap because it slowed the program down (per second, the memory
+ * strategy cost less than the default in the large benchmark, at a thirtieth
+ * of its speed). */
+#define PACE_MIB_S 256.0
+static double epoch_cost(uint64_t now) {
+  double secs = (double)(now - L.start_ms + 1) / 1000;
+  double work = (double)(atomic_load_explicit(&alloc_bytes, memory_order_relaxed) - L.bytes) / (1 << 20) / PACE_MIB_S;
+  uint64_t faults = os_minor_faults(), calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
+  uint64_t purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
+  double os_ms = ((double)(faults - L.faults) * L.fault_us + (double)(calls - L.calls) * CALL_US +
+                  (double)((purged - L.purged) / 4096) * PURGE_PAGE_US) / 1000;
+  double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
+  w = w < 0 ? 0 : w > 1 ? 1 : w;
+  double ms = w * os_ms + (1 - w) * MIB_PRICE_MS * L.held_mib_ms / 1000;
+  return ms < NEGLIGIBLE_COST * secs ? 0 : ms / (work > secs ? work : secs);
+}
+
+/* An exploring epoch past its warm-up ends as soon as it has clearly lost
+ * (a known bad rival, explored while the workload stays the same, cost a
+ * burst of huge blocks several times over). */
+static bool exploring_lost(uint64_t now) {
+  uint64_t n = atomic_load_explicit(&allocs, memory_order_relaxed) - L.allocs;
+  return L.lost_at > 0 && (now - L.start_ms) * 2 >= (uint64_t)hak_option(OPT_LEARN_EPOCH_MS) &&
+         n * 4 >= EPOCH_MIN_ALLOCS && epoch_cost(now) > L.lost_at;
 }
 
 static void epoch_end(uint64_t now) {
   int s = strategy_now();
-  double secs = (double)(now - L.start_ms) / 1000;
-  uint64_t faults = os_minor_faults(), calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
-  uint64_t purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
-  double os_ms = ((double)(faults - L.faults) * FAULT_US + (double)(calls - L.calls) * CALL_US +
-                  (double)((purged - L.purged) / 4096) * PURGE_PAGE_US) / 1000;
-  double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
-  w = w < 0 ? 0 : w > 1 ? 1 : w;
-  double cost = (w * os_ms + (1 - w) * MIB_PRICE_MS * L.held_mib_ms / 1000) / secs;
+  double cost = epoch_cost(now);
   L.ran_ms[s] += now - L.start_ms;
   L.ran_epochs[s]++;
-  if (learn_rate(cost) != s) {
+  int next = learn_rate(cost);
+  if (next != s) {
     /* The new strategy's bounds hold from now, not from the next free or
-     * purge round. */
+     * purge round; so only one that keeps more on some knob needs to warm
+     * up (and a leaner rival, often a known loser, is judged at once). */
     huge_cache_evict_aged();
     purge_notice_dirty();
-    L.warming = true;
+    for (int k = 0; k < KNOB_COUNT; k++) L.warming |= (unsigned long)knob_value(next, (learn_knob_t)k) > (unsigned long)knob_value(s, (learn_knob_t)k);
   }
   epoch_begin(now);
 }
 
-void learn_tick(void) {
+void learn_tick(size_t alloc) {
   if (!learning()) return;
+  if (alloc) {
+    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&alloc_bytes, alloc, memory_order_relaxed);
+  }
   uint64_t now = os_now_ms();
   if (now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < SAMPLE_MS) return;
   if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
@@ -220,18 +280,19 @@ void learn_tick(void) {
   if (!L.started) {
     if (L.rng == 0) learn_reset();
     L.started = true;
+    double us = os_fault_us();
+    L.fault_us = us < FAULT_US_MIN ? FAULT_US_MIN : us > FAULT_US_MAX ? FAULT_US_MAX : us;
     epoch_begin(now);
   }
   /* left sums: the amount held since the last sample, over the time since */
   L.held_mib_ms += L.held_mib * (double)(now - L.sample_ms);
   L.held_mib = held_mib();
   L.sample_ms = now;
-  uint64_t epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS);
-  if (L.warming && now - L.start_ms >= epoch / 2) {
+  if (L.warming && epoch_over(now, 1)) {
     L.warming = false;
     L.ran_ms[strategy_now()] += now - L.start_ms;
     epoch_begin(now);
-  } else if (now - L.start_ms >= epoch) {
+  } else if (!L.warming && (epoch_over(now, 0) || exploring_lost(now))) {
     epoch_end(now);
   }
   hak_unlock(&L.lock);
@@ -242,6 +303,13 @@ void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_orde
 void learn_print(os_out_t *o) {
   os_out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
   os_out_str(o, strategies[strategy_now()].name);
+  if (L.started) {
+    os_out_str(o, "; a page fault priced at ");
+    os_out_uint(o, (uint64_t)L.fault_us, 0);
+    os_out_str(o, ".");
+    os_out_uint(o, (uint64_t)(L.fault_us * 10) % 10, 0);
+    os_out_str(o, " us");
+  }
   os_out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  slack-%  rating  epochs  run-ms  cost-ms/s\n");
   for (int i = 0; i < LEARN_STRATEGIES; i++) {
     os_out_str(o, "  ");

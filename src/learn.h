@@ -24,10 +24,11 @@ typedef enum {
  * environment wins over every strategy. */
 long learn_knob(learn_knob_t knob);
 
-/* Called by the purger's rounds and by Large/Huge slow paths: samples the
- * memory held above live, and at the end of an epoch rates the strategy that
- * ran and picks the next. Cheap when no epoch ends. */
-void learn_tick(void);
+/* Called by the purger's rounds and by Large/Huge slow paths (alloc_bytes:
+ * the size of a Large or Huge allocation, else 0): samples the memory held
+ * above live, and at the end of an epoch rates the strategy that ran and
+ * picks the next. Cheap when no epoch ends. */
+void learn_tick(size_t alloc_bytes);
 
 /* The rating step on its own: the strategy that ran showed cost (ms per
  * second); returns the strategy to run next. Used by learn_tick and by the

@@ -204,6 +204,25 @@ uint64_t os_minor_faults(void) {
   return (uint64_t)ru.ru_minflt;
 }
 
+#define FAULT_PROBE_BATCHES 4
+#define FAULT_PROBE_PAGES 8
+double os_fault_us(void) {
+  size_t page = os_page_size();
+  char *p = raw_mmap(FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * page);
+  if (p == NULL) return 0;
+  double best = 0;
+  for (int b = 0; b < FAULT_PROBE_BATCHES; b++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < FAULT_PROBE_PAGES; i++) ((volatile char *)p)[(size_t)(b * FAULT_PROBE_PAGES + i) * page] = 1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / FAULT_PROBE_PAGES;
+    if (b == 0 || us < best) best = us;
+  }
+  os_unmap(p, FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * page);
+  return best;
+}
+
 size_t os_resident_bytes(void) {
   long fd = SYS(SYS_openat, AT_FDCWD, "/proc/self/statm", O_RDONLY | O_CLOEXEC, 0, 0, 0);
   size_t pages = 0;

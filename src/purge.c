@@ -27,7 +27,7 @@ static int purger_main(void *arg) {
     bool pending = heaps_purge_due(now, (uint64_t)delay);
     pending |= region_pool_purge_due(now, (uint64_t)delay);
     pending |= huge_cache_evict_aged();
-    learn_tick();
+    learn_tick(0);
     hak_unlock(&hak_lock_purge);
     if (pending) os_sleep_ms(PURGE_TICK_MS);
     else os_futex_wait(&purge_signal, 0, PURGE_IDLE_MS);

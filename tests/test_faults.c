@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -85,9 +86,14 @@ static void blk_check(const blk_t *b, const char *when)
 #define NEXCH 64
 
 static atomic_int stop_workers;
+/* Set while a child runs: the fork happens under load, but the child need not
+ * share two cores with four workers (on VMs where faults are slow, that made
+ * each fork take over a second). */
+static atomic_int pause_workers;
 static _Atomic(blk_t *) exch[NEXCH];
 static atomic_uint_fast64_t next_id = 1;
 static atomic_long worker_ops;
+static atomic_long worker_progress; /* +1 per 64 ops of any worker */
 
 static size_t worker_size(uint64_t *r)
 {
@@ -108,6 +114,11 @@ static void *worker(void *arg)
   memset(slots, 0, sizeof slots);
   long ops = 0;
   while (!atomic_load_explicit(&stop_workers, memory_order_relaxed)) {
+    if (atomic_load_explicit(&pause_workers, memory_order_relaxed)) {
+      struct timespec ts = { 0, 1000 * 1000 };
+      nanosleep(&ts, NULL);
+      continue;
+    }
     blk_t *s = &slots[tu_xorshift(&rng) % WSLOTS];
     unsigned op = (unsigned)(tu_xorshift(&rng) % 16);
     if (s->p != NULL) {
@@ -146,7 +157,7 @@ static void *worker(void *arg)
       CHECKF(s->p != NULL, "malloc(%zu) failed", s->size);
       blk_fill(s);
     }
-    ops++;
+    if ((++ops & 63) == 0) atomic_fetch_add_explicit(&worker_progress, 1, memory_order_relaxed);
   }
   for (int i = 0; i < WSLOTS; i++)
     if (slots[i].p != NULL) { blk_check(&slots[i], "worker end"); A(free)(slots[i].p); }
@@ -227,6 +238,8 @@ static void test_fork(int nforks)
 
   int ok = 0;
   for (int f = 0; f < nforks; f++) {
+    /* the workers are back at work before the next fork */
+    for (long p0 = atomic_load(&worker_progress); atomic_load(&worker_progress) < p0 + NWORKERS;) sched_yield();
     blk_t pre[4];
     for (int k = 0; k < 4; k++) {
       pre[k].size = pool_sizes[k] + 24;
@@ -238,9 +251,11 @@ static void test_fork(int nforks)
     pid_t pid = fork();
     CHECKF(pid >= 0, "fork failed: errno %d", errno);
     if (pid == 0) child_work(pre);
+    atomic_store(&pause_workers, 1);
     int st = 0;
     pid_t w;
     do w = waitpid(pid, &st, 0); while (w < 0 && errno == EINTR);
+    atomic_store(&pause_workers, 0);
     CHECK(w == pid);
     CHECKF(!(WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM),
            "fork %d: child deadlocked (killed by alarm after 10 s)", f);
