@@ -73,7 +73,8 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 #define DRAW_MARGIN 0.05    /* costs within 5 % draw */
 #define NEGLIGIBLE_COST 0.5 /* ms per second: below this, cost 0 */
 #define EXPLORE_STEADY 16   /* explore one epoch in 16 ... */
-#define EXPLORE_SHIFTED 4   /* ... or one in 4 after the cost jumped */
+#define EXPLORE_SHIFTED 4   /* ... or one in 4 after the cost jumped, or */
+                            /* while a rival was never measured */
 #define EXPLORE_FAR 32      /* ... and one in 32 for a known loser: a rival */
 #define FAR_RATING 200.0    /* rated this far below the best, or whose last */
 #define LOSER 2.0           /* cost was this many times the best's */
@@ -191,7 +192,8 @@ int learn_rate(double cost) {
     if (t != best && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
   double beat = L.scored_at[best] ? L.cost[best] * LOSER + NEGLIGIBLE_COST : 0;
   bool far = L.rating[stalest] < L.rating[best] - FAR_RATING || (beat && L.scored_at[stalest] && L.cost[stalest] > beat);
-  bool explore = (next_random() >> 33) % (jumped ? EXPLORE_SHIFTED : far ? EXPLORE_FAR : EXPLORE_STEADY) == 0;
+  bool shifted = jumped || !L.scored_at[stalest];
+  bool explore = (next_random() >> 33) % (shifted ? EXPLORE_SHIFTED : far ? EXPLORE_FAR : EXPLORE_STEADY) == 0;
   int next = explore ? stalest : best;
   L.lost_at = explore ? beat : 0;
   if (!learning()) next = s; /* pinned: rate, never switch */
@@ -221,12 +223,12 @@ static bool epoch_over(uint64_t now, uint64_t half) {
   return ms << half >= epoch && (n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
 }
 
-/* The running strategy's cost so far this epoch, per second or, when the
- * program allocates Large and Huge blocks faster than PACE_MIB_S, per
- * PACE_MIB_S of them: a strategy that makes every allocation fault must not
- * look cheap because it slowed the program down (per second, the memory
- * strategy cost less than the default in the large benchmark, at a thirtieth
- * of its speed). */
+/* The running strategy's cost so far this epoch: memory held per second,
+ * time in the OS per second or, when the program allocates Large and Huge
+ * blocks faster than PACE_MIB_S, per PACE_MIB_S of them: a strategy that
+ * makes every allocation fault must not look cheap because it slowed the
+ * program down (per second, the memory strategy cost less than the default
+ * in the large benchmark, at a thirtieth of its speed). */
 #define PACE_MIB_S 256.0
 static double epoch_cost(uint64_t now) {
   double secs = (double)(now - L.start_ms + 1) / 1000;
@@ -237,8 +239,9 @@ static double epoch_cost(uint64_t now) {
                   (double)((purged - L.purged) / 4096) * PURGE_PAGE_US) / 1000;
   double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
   w = w < 0 ? 0 : w > 1 ? 1 : w;
-  double ms = w * os_ms + (1 - w) * MIB_PRICE_MS * L.held_mib_ms / 1000;
-  return ms < NEGLIGIBLE_COST * secs ? 0 : ms / (work > secs ? work : secs);
+  double held = MIB_PRICE_MS * L.held_mib_ms / 1000;
+  if (w * os_ms + (1 - w) * held < NEGLIGIBLE_COST * secs) return 0;
+  return w * os_ms / (work > secs ? work : secs) + (1 - w) * held / secs;
 }
 
 /* An exploring epoch past its warm-up ends as soon as it has clearly lost
