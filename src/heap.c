@@ -163,7 +163,10 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
 /* Refills s, first taking back an idle slab's units from the purger. */
 static bool heap_slab_refill(heap_t *heap, slab_t *s) {
   if (unlikely(s->idle)) slab_set_idle(heap, s, false);
-  return slab_take_local(s) || (s->bump < s->end && slab_carve(s, heap_carve_count(heap, s->cls)));
+  if (slab_take_local(s)) return true;
+  if (s->bump >= s->end) return false; /* before the carve clock ticks */
+  slab_carve(s, heap_carve_count(heap, s->cls));
+  return true;
 }
 
 /* A slab's last block came back. Keep the class's current slab and one spare;

@@ -229,7 +229,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
 #define CARVE_MIN_HOT 32
 #define CARVE_MAX_BLOCKS (CARVE_HOT_BYTES / 8)
 bool slab_take_local(slab_t *s);
-bool slab_carve(slab_t *s, size_t n);
+void slab_carve(slab_t *s, size_t n);
 void slab_reset(slab_t *s);
 void slab_free_remote(slab_t *s, block_t *b);
 size_t slab_collect_remote(slab_t *s);

@@ -5,10 +5,10 @@
  * bytes of freed huge blocks the BigCache keeps and for how long, and how
  * much of a bigger cached run may stay resident with a huge block that
  * reuses it. Time runs
- * in epochs (HAKMEM_LEARN_EPOCH_MS); each runs one strategy and measures its
- * cost rate in milliseconds per second:
+ * in epochs (HAKMEM_LEARN_EPOCH_MS and EPOCH_MIN_ALLOCS); each runs one
+ * strategy and measures its cost (epoch_cost):
  *
- *   cost = W * os_ms + (1 - W) * MIB_PRICE_MS * held_mib_s,   per second
+ *   cost = W * os_ms + (1 - W) * MIB_PRICE_MS * held_mib_s
  *
  * os_ms is the time the epoch's page faults and mapping calls cost (counted,
  * then priced by the figures measured on the development machine below), and
@@ -23,8 +23,9 @@
  * running strategy's cost is steady, more rarely still when the rival is a
  * known loser (an exploring epoch of the memory strategy in a burst of huge
  * blocks cost twice a normal one), often when the cost jumps (a new phase).
- * After a switch, the first half epoch is a warm-up that is not scored: the
- * pools take one free-and-reuse cycle to fill or drain to the new bounds, and
+ * After a switch to a strategy that keeps more, the first half epoch is a
+ * warm-up that is not scored: the pools take one free-and-reuse cycle to
+ * fill to the new bounds, and
  * a short exploring epoch scored from a cold start rated a caching strategy
  * as if it kept nothing (seen under load, when one cycle of bursts of huge
  * blocks outlasts 25 ms). All of this runs under a try-lock on slow paths and
@@ -55,9 +56,9 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 };
 
 /* Prices of the OS's work. A page fault's is timed when learning starts
- * (os_fault_us): 1.5 to 3 us of system time on one 2-core AMD EPYC VM, about
- * 100 us of wall time on another whose host backs guest memory lazily (there
- * keeping freed memory resident pays 50 times more). A mapping call costs
+ * (os_fault_us): 1.5 to 3 us on one 2-core AMD EPYC VM, about 10 us on
+ * another (there keeping freed memory resident pays five times more). A
+ * mapping call costs
  * about 5 us, madvise about 0.5 us per page it frees. */
 #define FAULT_US_MIN 0.5
 #define FAULT_US_MAX 1000.0
@@ -84,9 +85,8 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
  * and Huge allocations, or EPOCH_MAX times as long when they are rare: where
  * each allocation faults in megabytes, a time-only epoch held one or two of
  * them, and which sizes happened to come decided its cost, not the strategy.
- * The warm-up after a switch lasts half as long on both counts, so that the
- * freed blocks a caching strategy inherits or leaves behind are not scored
- * to the wrong one. */
+ * The warm-up after a switch lasts half as long on both counts, so that a
+ * caching strategy is not scored before its cache has filled. */
 #define EPOCH_MIN_ALLOCS 16
 #define EPOCH_MAX 8
 
@@ -216,10 +216,11 @@ static void epoch_begin(uint64_t now) {
   L.bytes = atomic_load_explicit(&alloc_bytes, memory_order_relaxed);
 }
 
+static uint64_t epoch_allocs(void) { return atomic_load_explicit(&allocs, memory_order_relaxed) - L.allocs; }
+
 /* Whether the epoch (or its warm-up, half) has run its course by now. */
 static bool epoch_over(uint64_t now, uint64_t half) {
-  uint64_t ms = now - L.start_ms, epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS);
-  uint64_t n = atomic_load_explicit(&allocs, memory_order_relaxed) - L.allocs;
+  uint64_t ms = now - L.start_ms, epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS), n = epoch_allocs();
   return ms << half >= epoch && (n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
 }
 
@@ -248,9 +249,15 @@ static double epoch_cost(uint64_t now) {
  * (a known bad rival, explored while the workload stays the same, cost a
  * burst of huge blocks several times over). */
 static bool exploring_lost(uint64_t now) {
-  uint64_t n = atomic_load_explicit(&allocs, memory_order_relaxed) - L.allocs;
   return L.lost_at > 0 && (now - L.start_ms) * 2 >= (uint64_t)hak_option(OPT_LEARN_EPOCH_MS) &&
-         n * 4 >= EPOCH_MIN_ALLOCS && epoch_cost(now) > L.lost_at;
+         epoch_allocs() * 4 >= EPOCH_MIN_ALLOCS && epoch_cost(now) > L.lost_at;
+}
+
+/* Whether strategy a keeps more than b on some knob ("never", -1, is most). */
+static bool keeps_more(int a, int b) {
+  for (int k = 0; k < KNOB_COUNT; k++)
+    if ((unsigned long)knob_value(a, (learn_knob_t)k) > (unsigned long)knob_value(b, (learn_knob_t)k)) return true;
+  return false;
 }
 
 static void epoch_end(uint64_t now) {
@@ -265,7 +272,7 @@ static void epoch_end(uint64_t now) {
      * up (and a leaner rival, often a known loser, is judged at once). */
     huge_cache_evict_aged();
     purge_notice_dirty();
-    for (int k = 0; k < KNOB_COUNT; k++) L.warming |= (unsigned long)knob_value(next, (learn_knob_t)k) > (unsigned long)knob_value(s, (learn_knob_t)k);
+    L.warming = keeps_more(next, s);
   }
   epoch_begin(now);
 }

@@ -31,7 +31,7 @@ long learn_knob(learn_knob_t knob);
 void learn_tick(size_t alloc_bytes);
 
 /* The rating step on its own: the strategy that ran showed cost (ms per
- * second); returns the strategy to run next. Used by learn_tick and by the
+ * second, or per 256 MiB allocated: see learn.c); returns the strategy to run next. Used by learn_tick and by the
  * tests, which feed it synthetic costs. */
 int learn_rate(double cost);
 void learn_reset(void); /* back to the start state (tests) */

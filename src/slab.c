@@ -62,11 +62,10 @@ bool slab_take_local(slab_t *s) {
   return true;
 }
 
-/* Makes s->free up to n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS); false
- * when none is left. */
-bool slab_carve(slab_t *s, size_t n) {
-  hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS);
-  if (s->bump >= s->end) return false;
+/* Makes s->free up to n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS) of the
+ * ones left (the caller checks that some are). */
+void slab_carve(slab_t *s, size_t n) {
+  hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < s->end);
   size_t bsize = s->bsize;
   char *b = s->bump, *last = b + (n - 1) * bsize;
   if (last >= s->end) last = s->end - bsize;
@@ -80,7 +79,6 @@ bool slab_carve(slab_t *s, size_t n) {
   }
   __atomic_store_n(&s->bump, last + bsize, __ATOMIC_RELAXED);
   stat_refill(s->cls);
-  return true;
 }
 
 /* Another thread frees b: push it, and when the list was empty tell the
