@@ -19,7 +19,8 @@
  * strategy that ran and every rival whose cost was measured in the last few
  * epochs (a recent cost is a cost of the same workload phase, a stale one is
  * not). The best-rated strategy runs, except that a seeded generator sends a
- * rival (the one measured longest ago) to run now and then: rarely while the
+ * rival (of those that could beat it, the one measured longest ago: see
+ * could_win) to run now and then: rarely while the
  * running strategy's cost is steady, more rarely still when the rival is a
  * known loser (an exploring epoch of the memory strategy in a burst of huge
  * blocks cost twice a normal one), often when the cost jumps (a new phase).
@@ -104,6 +105,7 @@ static struct {
   double fault_us;                           /* price of a page fault here */
   double rating[LEARN_STRATEGIES];
   double cost[LEARN_STRATEGIES];             /* last scored cost */
+  double os_cost[LEARN_STRATEGIES];          /* the part of it spent in the OS */
   uint64_t scored_at[LEARN_STRATEGIES];      /* epoch of it; 0 never */
   uint64_t ran_ms[LEARN_STRATEGIES], ran_epochs[LEARN_STRATEGIES];
 } L;
@@ -133,7 +135,7 @@ double learn_rating(int s) { return L.rating[s]; }
 void learn_reset(void) {
   for (int i = 0; i < LEARN_STRATEGIES; i++) {
     L.rating[i] = RATING_START;
-    L.cost[i] = 0;
+    L.cost[i] = L.os_cost[i] = 0;
     L.scored_at[i] = 0;
     L.ran_ms[i] = L.ran_epochs[i] = 0;
   }
@@ -175,7 +177,40 @@ static uint64_t next_random(void) {
   return L.rng;
 }
 
-int learn_rate(double cost) {
+/* Whether strategy a keeps more than b on some knob ("never", -1, is most). */
+static bool keeps_more(int a, int b) {
+  for (int k = 0; k < KNOB_COUNT; k++)
+    if ((unsigned long)knob_value(a, (learn_knob_t)k) > (unsigned long)knob_value(b, (learn_knob_t)k)) return true;
+  return false;
+}
+
+/* Whether u lies between a and b in what they keep (on every knob). */
+static bool between(int u, int a, int b) {
+  return (!keeps_more(a, u) && !keeps_more(u, b)) || (!keeps_more(b, u) && !keeps_more(u, a));
+}
+
+/* Whether rival t is worth an epoch against b, the best rated, whose last
+ * cost split as it did. One that keeps no more than b pays at least b's time
+ * in the OS, one that keeps no less holds at least b's memory; so neither is
+ * tried when b's cost lies (all but a draw's margin) in that part. And only
+ * b's neighbours in the order of what they keep are tried: the cost moves
+ * one way along that order (less memory, more faults), so a rival beyond a
+ * neighbour is worth trying once the neighbour has won. Exploring the memory
+ * strategy from the default, or a leaner one where the cost is page faults,
+ * only ever lost, and in short programs it was most of what learning cost
+ * (the realloc benchmark: a fault storm per exploration). */
+static bool could_win(int t, int b) {
+  for (int u = 0; u < LEARN_STRATEGIES; u++)
+    if (u != t && u != b && between(u, t, b)) return false;
+  if (!L.scored_at[b]) return true;
+  double os = L.os_cost[b], mem = L.cost[b] - os, margin = DRAW_MARGIN * L.cost[b];
+  if (!keeps_more(t, b)) return mem > margin;
+  if (!keeps_more(b, t)) return os > margin;
+  return true;
+}
+
+int learn_rate(double os_cost, double mem_cost) {
+  double cost = os_cost + mem_cost;
   if (L.rng == 0) learn_reset();
   int s = strategy_now();
   L.epochs++;
@@ -184,16 +219,19 @@ int learn_rate(double cost) {
   double before = L.cost[s];
   bool jumped = L.scored_at[s] && (cost > before * JUMP + NEGLIGIBLE_COST || before > cost * JUMP + NEGLIGIBLE_COST);
   L.cost[s] = cost;
+  L.os_cost[s] = os_cost;
   L.scored_at[s] = L.epochs;
   int best = 0, stalest = -1;
   for (int t = 1; t < LEARN_STRATEGIES; t++)
     if (L.rating[t] > L.rating[best]) best = t;
   for (int t = 0; t < LEARN_STRATEGIES; t++)
-    if (t != best && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
+    if (t != best && could_win(t, best) && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
+  if (stalest < 0) stalest = best; /* nothing could do better */
   double beat = L.scored_at[best] ? L.cost[best] * LOSER + NEGLIGIBLE_COST : 0;
   bool far = L.rating[stalest] < L.rating[best] - FAR_RATING || (beat && L.scored_at[stalest] && L.cost[stalest] > beat);
   bool shifted = jumped || !L.scored_at[stalest];
-  bool explore = (next_random() >> 33) % (shifted ? EXPLORE_SHIFTED : far ? EXPLORE_FAR : EXPLORE_STEADY) == 0;
+  bool explore = (next_random() >> 33) % (shifted ? EXPLORE_SHIFTED : far ? EXPLORE_FAR : EXPLORE_STEADY) == 0 &&
+                 stalest != best;
   int next = explore ? stalest : best;
   L.lost_at = explore ? beat : 0;
   if (!learning()) next = s; /* pinned: rate, never switch */
@@ -231,7 +269,7 @@ static bool epoch_over(uint64_t now, uint64_t half) {
  * program down (per second, the memory strategy cost less than the default
  * in the large benchmark, at a thirtieth of its speed). */
 #define PACE_MIB_S 256.0
-static double epoch_cost(uint64_t now) {
+static double epoch_cost(uint64_t now, double *os_part) {
   double secs = (double)(now - L.start_ms + 1) / 1000;
   double work = (double)(atomic_load_explicit(&alloc_bytes, memory_order_relaxed) - L.bytes) / (1 << 20) / PACE_MIB_S;
   uint64_t faults = os_minor_faults(), calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
@@ -241,8 +279,10 @@ static double epoch_cost(uint64_t now) {
   double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
   w = w < 0 ? 0 : w > 1 ? 1 : w;
   double held = MIB_PRICE_MS * L.held_mib_ms / 1000;
+  *os_part = 0;
   if (w * os_ms + (1 - w) * held < NEGLIGIBLE_COST * secs) return 0;
-  return w * os_ms / (work > secs ? work : secs) + (1 - w) * held / secs;
+  *os_part = w * os_ms / (work > secs ? work : secs);
+  return *os_part + (1 - w) * held / secs;
 }
 
 /* An exploring epoch past its warm-up ends as soon as it has clearly lost
@@ -250,22 +290,16 @@ static double epoch_cost(uint64_t now) {
  * burst of huge blocks several times over). */
 static bool exploring_lost(uint64_t now) {
   return L.lost_at > 0 && (now - L.start_ms) * 2 >= (uint64_t)hak_option(OPT_LEARN_EPOCH_MS) &&
-         epoch_allocs() * 4 >= EPOCH_MIN_ALLOCS && epoch_cost(now) > L.lost_at;
-}
-
-/* Whether strategy a keeps more than b on some knob ("never", -1, is most). */
-static bool keeps_more(int a, int b) {
-  for (int k = 0; k < KNOB_COUNT; k++)
-    if ((unsigned long)knob_value(a, (learn_knob_t)k) > (unsigned long)knob_value(b, (learn_knob_t)k)) return true;
-  return false;
+         epoch_allocs() * 4 >= EPOCH_MIN_ALLOCS && epoch_cost(now, &(double){0}) > L.lost_at;
 }
 
 static void epoch_end(uint64_t now) {
   int s = strategy_now();
-  double cost = epoch_cost(now);
+  double os;
+  double cost = epoch_cost(now, &os);
   L.ran_ms[s] += now - L.start_ms;
   L.ran_epochs[s]++;
-  int next = learn_rate(cost);
+  int next = learn_rate(os, cost - os);
   if (next != s) {
     /* The new strategy's bounds hold from now, not from the next free or
      * purge round; so only one that keeps more on some knob needs to warm

@@ -30,10 +30,11 @@ long learn_knob(learn_knob_t knob);
  * picks the next. Cheap when no epoch ends. */
 void learn_tick(size_t alloc_bytes);
 
-/* The rating step on its own: the strategy that ran showed cost (ms per
- * second, or per 256 MiB allocated: see learn.c); returns the strategy to run next. Used by learn_tick and by the
- * tests, which feed it synthetic costs. */
-int learn_rate(double cost);
+/* The rating step on its own: the strategy that ran showed a cost (ms per
+ * second, or per 256 MiB allocated: see learn.c), os_cost of it in the OS
+ * and mem_cost for memory held (both weighted); returns the strategy to run
+ * next. Used by learn_tick and by the tests, which feed it synthetic costs. */
+int learn_rate(double os_cost, double mem_cost);
 void learn_reset(void); /* back to the start state (tests) */
 int learn_current(void);
 double learn_rating(int strategy);

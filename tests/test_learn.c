@@ -3,7 +3,9 @@
  *   rating   synthetic cost signals: the cheapest strategy's rating rises
  *            and it runs most of the time; when another becomes the cheapest
  *            (a new phase) the winner changes; ratings stay in their bounds;
- *            the same seed and costs give the same choices
+ *            the same seed and costs give the same choices; rivals are
+ *            explored only where they could win (cost in the OS: not leaner
+ *            ones; cost in memory: not more generous ones; nil: none)
  *   pinned   (run with HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=k) the strategy never
  *            changes, whatever the costs, and its knobs are k's settings
  *   speed    (HAKMEM_LEARN_WEIGHT=100) a burst of huge blocks freed and
@@ -30,9 +32,11 @@
 
 enum { DEFAULT, SPEED, LEAN, MEMORY };
 
-/* Runs n epochs in which strategy `cheap` costs 10 ms/s and the others 100;
- * returns how many of the last half ran `cheap`. Records the choices. */
-static int run_epochs(int n, int cheap, int *trace)
+/* Runs n epochs in which each strategy costs what `cost` says (ms/s, half of
+ * it in the OS); returns how many of the last half ran `cheap`. Records the
+ * choices. The costs fall, then rise along the order of what the strategies
+ * keep (memory, lean, default, speed), as real ones do. */
+static int run_epochs(int n, int cheap, const double *cost, int *trace)
 {
   int hits = 0;
   for (int i = 0; i < n; i++) {
@@ -43,7 +47,7 @@ static int run_epochs(int n, int cheap, int *trace)
       CHECKF(r >= 1100 && r <= 1900, "rating of %d out of bounds: %f", t, r);
     }
     if (i >= n / 2 && s == cheap) hits++;
-    learn_rate(s == cheap ? 10.0 : 100.0);
+    learn_rate(cost[s] / 2, cost[s] / 2);
   }
   return hits;
 }
@@ -58,28 +62,57 @@ static int best_rated(void)
 
 static void test_rating(void)
 {
+  static const double lean_best[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 10, [MEMORY] = 100};
+  static const double speed_best[] = {[DEFAULT] = 50, [SPEED] = 10, [LEAN] = 100, [MEMORY] = 100};
+  static const double memory_best[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 50, [MEMORY] = 10};
   learn_reset();
-  int hits = run_epochs(400, LEAN, NULL);
+  int hits = run_epochs(400, LEAN, lean_best, NULL);
   CHECKF(best_rated() == LEAN, "cheapest strategy not best rated (best %d)", best_rated());
   CHECKF(learn_rating(LEAN) > 1600, "cheapest strategy's rating only %f", learn_rating(LEAN));
   CHECKF(hits >= 150, "cheapest strategy ran %d of the last 200 epochs", hits);
   printf("test_learn rating: phase 1: lean rated %.0f, ran %d/200 epochs\n", learn_rating(LEAN), hits);
 
-  hits = run_epochs(400, SPEED, NULL); /* a new phase */
+  hits = run_epochs(400, SPEED, speed_best, NULL); /* a new phase */
   CHECKF(best_rated() == SPEED, "winner did not change with the phase (best %d)", best_rated());
   CHECKF(hits >= 150, "new cheapest strategy ran %d of the last 200 epochs", hits);
   printf("test_learn rating: phase 2: speed rated %.0f, ran %d/200 epochs\n", learn_rating(SPEED), hits);
 
   static int a[300], b[300];
   learn_reset();
-  run_epochs(300, MEMORY, a);
+  run_epochs(300, MEMORY, memory_best, a);
   learn_reset();
-  run_epochs(300, MEMORY, b);
+  run_epochs(300, MEMORY, memory_best, b);
   CHECK(memcmp(a, b, sizeof a) == 0);
   int explored = 0;
   for (int i = 0; i < 300; i++) explored += a[i] != MEMORY;
   CHECKF(explored > 0 && explored < 100, "explored %d of 300 epochs", explored);
   printf("test_learn rating: same seed, same choices; explored %d of 300 epochs: OK\n", explored);
+
+  /* Exploration goes where a rival could win: every strategy costs the
+   * same, all of it in the OS (then all of it memory), so only strategies
+   * keeping more (then less) than the best are worth trying, and of these
+   * only the best's neighbour (memory lies beyond lean from the default);
+   * none when the cost is nil. */
+  static const struct { double os, mem; int never[2]; const char *what; } split[] = {
+    {100, 0, {LEAN, MEMORY}, "all in the OS: leaner"},
+    {0, 100, {SPEED, MEMORY}, "all memory: more generous and beyond lean"},
+    {0, 0, {LEAN, SPEED}, "nil: all other"},
+  };
+  for (size_t k = 0; k < sizeof split / sizeof *split; k++) {
+    learn_reset();
+    int ran[LEARN_STRATEGIES] = {0};
+    for (int i = 0; i < 300; i++) {
+      ran[learn_current()]++;
+      learn_rate(split[k].os, split[k].mem);
+    }
+    for (int j = 0; j < 2; j++)
+      CHECKF(ran[split[k].never[j]] == 0, "cost %s; strategy %d explored %d times", split[k].what, split[k].never[j],
+             ran[split[k].never[j]]);
+    CHECKF(k == 2 ? ran[DEFAULT] >= 297 : ran[DEFAULT] < 300, "cost %s: default ran %d of 300 epochs", split[k].what,
+           ran[DEFAULT]);
+    printf("test_learn rating: cost %s strategies not explored (ran %d %d %d %d): OK\n", split[k].what, ran[DEFAULT],
+           ran[SPEED], ran[LEAN], ran[MEMORY]);
+  }
 }
 
 static void test_pinned(int pin)
@@ -89,7 +122,7 @@ static void test_pinned(int pin)
   for (int phase = 0; phase < 4; phase++) {
     for (int i = 0; i < 100; i++) {
       CHECKF(learn_current() == pin, "pinned strategy changed to %d", learn_current());
-      learn_rate(learn_current() == phase ? 1.0 : 500.0);
+      learn_rate(learn_current() == phase ? 1.0 : 500.0, 0);
     }
   }
   for (int k = 0; k < KNOB_COUNT; k++)
