@@ -69,7 +69,8 @@ enum {
 enum slab_kind { SLAB_NONE = 0, SLAB_SMALL, SLAB_LARGE };
 
 /* One descriptor per unit of a region. A slab spans one or more units; only
- * the head descriptor is used, the others point back to it by head_off.
+ * the head descriptor is used, and every descriptor points to its head (a
+ * free unit's to itself), so that free finds the slab with one load.
  * Three cache lines, by who writes them: read-mostly fields every freeing
  * thread reads, the owner's hot lists, and the remote list other threads
  * push onto, so that producer and consumer threads do not fight over one
@@ -77,7 +78,7 @@ enum slab_kind { SLAB_NONE = 0, SLAB_SMALL, SLAB_LARGE };
 typedef struct slab_s {
   /* read-mostly */
   _Atomic uintptr_t owner;       /* heap address | SLAB_F_* */
-  uint32_t head_off;             /* bytes back to the head descriptor */
+  struct slab_s *head;           /* the slab's head descriptor */
   uint32_t bsize;                /* block size */
   uint64_t recip;                /* ceil(2^48 / bsize): block index without a division */
   uint64_t key;                  /* secure build: free-list encoding key */
@@ -130,8 +131,7 @@ hak_inline uint8_t region_map_kind(const void *p) {
 }
 hak_inline slab_t *slab_of(const void *p) {
   region_t *r = region_of(p);
-  slab_t *d = &r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)];
-  return (slab_t *)((char *)d - d->head_off);
+  return r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)].head;
 }
 hak_inline char *slab_start(const slab_t *s) {
   region_t *r = region_of(s);

@@ -60,7 +60,9 @@ region_t *region_alloc(heap_t *heap) {
       return NULL;
     }
     /* Zeroed descriptors read as SLAB_NONE with no owner: a pointer into a
-     * free unit fails free's owner test and is reported, never trusted. */
+     * free unit (its descriptor its own head) fails free's owner test and is
+     * reported, never trusted. */
+    for (size_t i = 0; i < REGION_UNITS; i++) r->slabs[i].head = &r->slabs[i];
     r->free_units = ALL_UNITS & ~HEADER_UNITS;
     if (HAKMEM_SECURE) { /* guard pages on both sides of the header */
       os_protect_none(r, os_page_size());
@@ -159,8 +161,7 @@ slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units) {
   dirty_sub(r->dirty_units & bits);
   r->dirty_units &= ~bits;
   atomic_fetch_add_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
-  for (size_t i = 1; i < units; i++) r->slabs[first + i].head_off = (uint32_t)(i * sizeof(slab_t));
-  s->head_off = 0;
+  for (size_t i = 1; i < units; i++) r->slabs[first + i].head = s;
   s->units = (uint8_t)units;
   return s;
 }
@@ -175,7 +176,7 @@ bool region_span_grow(region_t *r, slab_t *s, size_t units) {
   r->free_units &= ~more;
   dirty_sub(r->dirty_units & more);
   r->dirty_units &= ~more;
-  for (size_t i = s->units; i < units; i++) r->slabs[first + i].head_off = (uint32_t)(i * sizeof(slab_t));
+  for (size_t i = s->units; i < units; i++) r->slabs[first + i].head = s;
   s->units = (uint8_t)units;
   return true;
 }
@@ -207,7 +208,7 @@ void region_span_free(region_t *r, slab_t *s) {
     slab_t *d = &r->slabs[first + i];
     atomic_store_explicit(&d->owner, 0, memory_order_relaxed);
     d->kind = SLAB_NONE;
-    d->head_off = 0;
+    d->head = d;
   }
   uint64_t bits = span_bits(first, units);
   atomic_fetch_sub_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
