@@ -106,11 +106,20 @@ static char *cache_assemble(size_t *needp) {
   return to;
 }
 
-/* Evicts entries older than the age bound, or all with force; unmaps them
- * outside the lock. Returns bytes unmapped. */
+/* The slot of the run freed longest ago (CACHE_SLOTS when none). */
+static size_t cache_oldest(void) {
+  size_t oldest = CACHE_SLOTS;
+  for (size_t i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].base && (oldest == CACHE_SLOTS || cache[i].freed_ms < cache[oldest].freed_ms)) oldest = i;
+  return oldest;
+}
+
+/* Evicts entries older than the age bound and, oldest first, those beyond
+ * the size bound (a strategy that keeps less may have just begun), or all
+ * with force; unmaps them outside the lock. Returns bytes unmapped. */
 static size_t cache_evict(bool force) {
   cache_entry_t out[CACHE_SLOTS];
-  size_t n = 0, bytes = 0;
+  size_t n = 0, bytes = 0, limit = force ? 0 : (size_t)learn_knob(KNOB_BIGCACHE_MB) << 20;
   uint64_t now = os_now_ms(), age = (uint64_t)learn_knob(KNOB_BIGCACHE_AGE_MS);
   hak_lock(&hak_lock_huge);
   for (size_t i = 0; i < CACHE_SLOTS; i++) {
@@ -119,6 +128,12 @@ static size_t cache_evict(bool force) {
       cache_bytes -= cache[i].size;
       cache[i].base = NULL;
     }
+  }
+  while (cache_bytes > limit) {
+    size_t oldest = cache_oldest();
+    out[n++] = cache[oldest];
+    cache_bytes -= cache[oldest].size;
+    cache[oldest].base = NULL;
   }
   hak_unlock(&hak_lock_huge);
   for (size_t i = 0; i < n; i++) os_unmap(out[i].base, out[i].size), bytes += out[i].size;
@@ -136,16 +151,14 @@ static void cache_put(char *base, size_t size) {
   } else {
     hak_lock(&hak_lock_huge);
     for (;;) {
-      size_t slot = CACHE_SLOTS, oldest = CACHE_SLOTS;
-      for (size_t i = 0; i < CACHE_SLOTS; i++) {
-        if (cache[i].base == NULL) slot = i;
-        else if (oldest == CACHE_SLOTS || cache[i].freed_ms < cache[oldest].freed_ms) oldest = i;
-      }
+      size_t slot = 0;
+      while (slot < CACHE_SLOTS && cache[slot].base) slot++;
       if (slot < CACHE_SLOTS && cache_bytes + size <= limit) {
         cache[slot] = (cache_entry_t){base, size, os_now_ms()};
         cache_bytes += size;
         break;
       }
+      size_t oldest = cache_oldest();
       out[n++] = cache[oldest];
       cache_bytes -= cache[oldest].size;
       cache[oldest].base = NULL;
@@ -271,6 +284,16 @@ size_t huge_cached_bytes(void) {
   size_t n = cache_bytes;
   hak_unlock(&hak_lock_huge);
   return n;
+}
+
+size_t huge_cached_within(uint64_t age_ms, size_t cap) {
+  uint64_t now = os_now_ms();
+  size_t n = 0;
+  hak_lock(&hak_lock_huge);
+  for (size_t i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].base && now - cache[i].freed_ms < age_ms) n += cache[i].size;
+  hak_unlock(&hak_lock_huge);
+  return n < cap ? n : cap;
 }
 
 /* Evicts aged entries; returns whether any remain cached. */

@@ -29,7 +29,9 @@
  * fill to the new bounds, and
  * a short exploring epoch scored from a cold start rated a caching strategy
  * as if it kept nothing (seen under load, when one cycle of bursts of huge
- * blocks outlasts 25 ms). All of this runs under a try-lock on slow paths and
+ * blocks outlasts 25 ms). An idle epoch is not rated: the strategy that
+ * would have held least in it runs until the program allocates again (see
+ * idle_choice). All of this runs under a try-lock on slow paths and
  * in the purger, never on a fast path. */
 #include "learn.h"
 
@@ -92,6 +94,7 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 #define EPOCH_MAX 8
 
 static _Atomic int current = -1;
+static _Atomic int resume = -1; /* idle: the strategy to go back to */
 static _Atomic uint64_t last_sample_ms;
 static _Atomic uint64_t allocs, alloc_bytes; /* Large and Huge allocations so far */
 
@@ -100,6 +103,7 @@ static struct {
   bool started, warming; /* warming: the half epoch after a switch */
   uint64_t start_ms, sample_ms, epochs, rng;
   double held_mib, held_mib_ms;              /* last sample, integral this epoch */
+  double cf_mib[LEARN_STRATEGIES], cf_mib_ms[LEARN_STRATEGIES]; /* the same, had t run */
   uint64_t faults, calls, purged, allocs, bytes; /* at the epoch's start */
   double lost_at;                            /* exploring: a cost that loses */
   double fault_us;                           /* price of a page fault here */
@@ -130,6 +134,7 @@ static long knob_value(int s, learn_knob_t knob) {
 long learn_knob(learn_knob_t knob) { return knob_value(strategy_now(), knob); }
 
 int learn_current(void) { return strategy_now(); }
+int learn_resume(void) { return atomic_load_explicit(&resume, memory_order_relaxed); }
 double learn_rating(int s) { return L.rating[s]; }
 
 void learn_reset(void) {
@@ -140,6 +145,7 @@ void learn_reset(void) {
     L.ran_ms[i] = L.ran_epochs[i] = 0;
   }
   L.epochs = 0;
+  atomic_store_explicit(&resume, -1, memory_order_relaxed);
   L.rng = (uint64_t)hak_option(OPT_LEARN_SEED) * 0x9E3779B97F4A7C15ull | 1;
   atomic_store_explicit(&current, -1, memory_order_relaxed);
   strategy_now();
@@ -189,19 +195,25 @@ static bool between(int u, int a, int b) {
   return (!keeps_more(a, u) && !keeps_more(u, b)) || (!keeps_more(b, u) && !keeps_more(u, a));
 }
 
+/* Whether u's last cost was a clear loss to b's. */
+static bool lost_clearly(int u, int b) {
+  return L.scored_at[u] && L.scored_at[b] && L.cost[u] > L.cost[b] * LOSER + NEGLIGIBLE_COST;
+}
+
 /* Whether rival t is worth an epoch against b, the best rated, whose last
  * cost split as it did. One that keeps no more than b pays at least b's time
  * in the OS, one that keeps no less holds at least b's memory; so neither is
- * tried when b's cost lies (all but a draw's margin) in that part. And only
- * b's neighbours in the order of what they keep are tried: the cost moves
- * one way along that order (less memory, more faults), so a rival beyond a
- * neighbour is worth trying once the neighbour has won. Exploring the memory
- * strategy from the default, or a leaner one where the cost is page faults,
- * only ever lost, and in short programs it was most of what learning cost
- * (the realloc benchmark: a fault storm per exploration). */
+ * tried when b's cost lies (all but a draw's margin) in that part. And a
+ * rival beyond b's neighbour in the order of what they keep waits until the
+ * neighbour has been tried and did not clearly lose: the cost moves one way
+ * along that order (less memory, more faults), with plateaus where
+ * neighbours draw. Exploring the memory strategy from the default, or a
+ * leaner one where the cost is page faults, only ever lost, and in short
+ * programs it was most of what learning cost (the realloc benchmark: a fault
+ * storm per exploration). */
 static bool could_win(int t, int b) {
   for (int u = 0; u < LEARN_STRATEGIES; u++)
-    if (u != t && u != b && between(u, t, b)) return false;
+    if (u != t && u != b && between(u, t, b) && (!L.scored_at[u] || lost_clearly(u, b))) return false;
   if (!L.scored_at[b]) return true;
   double os = L.os_cost[b], mem = L.cost[b] - os, margin = DRAW_MARGIN * L.cost[b];
   if (!keeps_more(t, b)) return mem > margin;
@@ -228,7 +240,7 @@ int learn_rate(double os_cost, double mem_cost) {
     if (t != best && could_win(t, best) && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
   if (stalest < 0) stalest = best; /* nothing could do better */
   double beat = L.scored_at[best] ? L.cost[best] * LOSER + NEGLIGIBLE_COST : 0;
-  bool far = L.rating[stalest] < L.rating[best] - FAR_RATING || (beat && L.scored_at[stalest] && L.cost[stalest] > beat);
+  bool far = L.rating[stalest] < L.rating[best] - FAR_RATING || lost_clearly(stalest, best);
   bool shifted = jumped || !L.scored_at[stalest];
   bool explore = (next_random() >> 33) % (shifted ? EXPLORE_SHIFTED : far ? EXPLORE_FAR : EXPLORE_STEADY) == 0 &&
                  stalest != best;
@@ -243,10 +255,27 @@ static double held_mib(void) {
   return (double)(atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed) + huge_cached_bytes()) / (1 << 20);
 }
 
+/* What strategy t would hold now, had it run while the program allocated
+ * nothing: the BigCache runs young enough for its age bound, within its
+ * size bound, and the dirty units if any became dirty within its delay. */
+static double held_mib_had(int t, uint64_t now) {
+  long delay = knob_value(t, KNOB_PURGE_DELAY_MS);
+  size_t dirty = atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed);
+  if (delay >= 0 && now - atomic_load_explicit(&hak_dirty_grew_ms, memory_order_relaxed) >= (uint64_t)delay) dirty = 0;
+  size_t cap = (size_t)knob_value(t, KNOB_BIGCACHE_MB) << 20;
+  return (double)(dirty + huge_cached_within((uint64_t)knob_value(t, KNOB_BIGCACHE_AGE_MS), cap)) / (1 << 20);
+}
+
+static void sample_held(uint64_t now) {
+  L.held_mib = held_mib();
+  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib[t] = held_mib_had(t, now);
+}
+
 static void epoch_begin(uint64_t now) {
   L.start_ms = L.sample_ms = now;
   L.held_mib_ms = 0;
-  L.held_mib = held_mib(); /* after a switch: what the new strategy keeps */
+  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] = 0;
+  sample_held(now); /* after a switch: what the new strategy keeps */
   L.faults = os_minor_faults();
   L.calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
   L.purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
@@ -259,7 +288,7 @@ static uint64_t epoch_allocs(void) { return atomic_load_explicit(&allocs, memory
 /* Whether the epoch (or its warm-up, half) has run its course by now. */
 static bool epoch_over(uint64_t now, uint64_t half) {
   uint64_t ms = now - L.start_ms, epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS), n = epoch_allocs();
-  return ms << half >= epoch && (n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
+  return ms << half >= epoch && (n == 0 || n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
 }
 
 /* The running strategy's cost so far this epoch: memory held per second,
@@ -269,6 +298,11 @@ static bool epoch_over(uint64_t now, uint64_t half) {
  * program down (per second, the memory strategy cost less than the default
  * in the large benchmark, at a thirtieth of its speed). */
 #define PACE_MIB_S 256.0
+static double weight(void) {
+  double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
+  return w < 0 ? 0 : w > 1 ? 1 : w;
+}
+
 static double epoch_cost(uint64_t now, double *os_part) {
   double secs = (double)(now - L.start_ms + 1) / 1000;
   double work = (double)(atomic_load_explicit(&alloc_bytes, memory_order_relaxed) - L.bytes) / (1 << 20) / PACE_MIB_S;
@@ -276,8 +310,7 @@ static double epoch_cost(uint64_t now, double *os_part) {
   uint64_t purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
   double os_ms = ((double)(faults - L.faults) * L.fault_us + (double)(calls - L.calls) * CALL_US +
                   (double)((purged - L.purged) / 4096) * PURGE_PAGE_US) / 1000;
-  double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
-  w = w < 0 ? 0 : w > 1 ? 1 : w;
+  double w = weight();
   double held = MIB_PRICE_MS * L.held_mib_ms / 1000;
   *os_part = 0;
   if (w * os_ms + (1 - w) * held < NEGLIGIBLE_COST * secs) return 0;
@@ -293,22 +326,68 @@ static bool exploring_lost(uint64_t now) {
          epoch_allocs() * 4 >= EPOCH_MIN_ALLOCS && epoch_cost(now, &(double){0}) > L.lost_at;
 }
 
-static void epoch_end(uint64_t now) {
-  int s = strategy_now();
-  double os;
-  double cost = epoch_cost(now, &os);
-  L.ran_ms[s] += now - L.start_ms;
-  L.ran_epochs[s]++;
-  int next = learn_rate(os, cost - os);
+/* Runs strategy next from now on. Its bounds hold at once, not from the next
+ * free or purge round; so only one that keeps more on some knob needs to warm
+ * up (and a leaner rival, often a known loser, is judged at once). */
+static void run_next(int s, int next, uint64_t now) {
   if (next != s) {
-    /* The new strategy's bounds hold from now, not from the next free or
-     * purge round; so only one that keeps more on some knob needs to warm
-     * up (and a leaner rival, often a known loser, is judged at once). */
+    atomic_store_explicit(&current, next, memory_order_relaxed);
     huge_cache_evict_aged();
     purge_notice_dirty();
     L.warming = keeps_more(next, s);
   }
   epoch_begin(now);
+}
+
+/* Idle: this epoch the program neither allocated a Large or Huge block nor
+ * touched new pages (the allocator's own unmapping and purging, which a
+ * switch to a leaner strategy sets off, do not count). */
+static bool epoch_idle(uint64_t now) {
+  double secs = (double)(now - L.start_ms + 1) / 1000;
+  return epoch_allocs() == 0 && (double)(os_minor_faults() - L.faults) * L.fault_us / 1000 < NEGLIGIBLE_COST * secs;
+}
+
+/* An idle epoch: what every
+ * strategy would have held is known (held_mib_had), so the cheapest runs
+ * until the program allocates again, and nothing is rated: ratings judge
+ * strategies under load, and scoring idle epochs made the leanest the best
+ * rated, which then paid every following burst in page faults until
+ * exploration had climbed back. Returns the strategy to run. */
+static int idle_choice(int s, double mem_cost, uint64_t now) {
+  double w = weight(), secs = (double)(now - L.start_ms + 1) / 1000, least = mem_cost * (1 - DRAW_MARGIN);
+  int next = s;
+  for (int t = 0; t < LEARN_STRATEGIES; t++) {
+    double c = (1 - w) * MIB_PRICE_MS * L.cf_mib_ms[t] / 1000 / secs;
+    if (t != s && c < least) next = t, least = c;
+  }
+  if (next != s && atomic_load_explicit(&resume, memory_order_relaxed) < 0)
+    atomic_store_explicit(&resume, s, memory_order_relaxed);
+  return next;
+}
+
+/* The program allocates again (or spends time in the OS): back to the
+ * strategy that ran before the idle stretch, unscored. */
+static void idle_over(uint64_t now) {
+  int s = strategy_now();
+  L.ran_ms[s] += now - L.start_ms;
+  run_next(s, atomic_exchange_explicit(&resume, -1, memory_order_relaxed), now);
+}
+
+static void epoch_end(uint64_t now) {
+  int s = strategy_now();
+  double os;
+  double cost = epoch_cost(now, &os);
+  if (epoch_idle(now)) {
+    L.ran_ms[s] += now - L.start_ms;
+    L.ran_epochs[s]++;
+    run_next(s, idle_choice(s, cost - os, now), now);
+  } else if (atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
+    idle_over(now);
+  } else {
+    L.ran_ms[s] += now - L.start_ms;
+    L.ran_epochs[s]++;
+    run_next(s, learn_rate(os, cost - os), now);
+  }
 }
 
 void learn_tick(size_t alloc) {
@@ -318,7 +397,8 @@ void learn_tick(size_t alloc) {
     atomic_fetch_add_explicit(&alloc_bytes, alloc, memory_order_relaxed);
   }
   uint64_t now = os_now_ms();
-  if (now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < SAMPLE_MS) return;
+  bool back = alloc && atomic_load_explicit(&resume, memory_order_relaxed) >= 0;
+  if (!back && now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < SAMPLE_MS) return;
   if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
   atomic_store_explicit(&last_sample_ms, now, memory_order_relaxed);
   if (!L.started) {
@@ -330,9 +410,12 @@ void learn_tick(size_t alloc) {
   }
   /* left sums: the amount held since the last sample, over the time since */
   L.held_mib_ms += L.held_mib * (double)(now - L.sample_ms);
-  L.held_mib = held_mib();
+  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] += L.cf_mib[t] * (double)(now - L.sample_ms);
+  sample_held(now);
   L.sample_ms = now;
-  if (L.warming && epoch_over(now, 1)) {
+  if (back && atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
+    idle_over(now);
+  } else if (L.warming && epoch_over(now, 1)) {
     L.warming = false;
     L.ran_ms[strategy_now()] += now - L.start_ms;
     epoch_begin(now);
@@ -347,6 +430,10 @@ void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_orde
 void learn_print(os_out_t *o) {
   os_out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
   os_out_str(o, strategies[strategy_now()].name);
+  if (learn_resume() >= 0) {
+    os_out_str(o, " while idle, then ");
+    os_out_str(o, strategies[learn_resume()].name);
+  }
   if (L.started) {
     os_out_str(o, "; a page fault priced at ");
     os_out_uint(o, (uint64_t)L.fault_us, 0);

@@ -37,6 +37,9 @@ void learn_tick(size_t alloc_bytes);
 int learn_rate(double os_cost, double mem_cost);
 void learn_reset(void); /* back to the start state (tests) */
 int learn_current(void);
+/* In an idle stretch, the strategy that ran before it and runs again at the
+ * next Large or Huge allocation; -1 otherwise. */
+int learn_resume(void);
 double learn_rating(int strategy);
 
 void learn_print(os_out_t *o);

@@ -18,6 +18,7 @@ uint8_t hak_region_map[MAP_ENTRIES]; /* in .bss: untouched pages cost nothing */
 hak_lock_t hak_lock_regions;
 _Atomic size_t hak_span_bytes;
 _Atomic size_t hak_dirty_bytes;
+_Atomic uint64_t hak_dirty_grew_ms;
 
 static size_t popcount64(uint64_t x) {
   size_t n = 0;
@@ -197,6 +198,7 @@ static void region_mark_dirty(region_t *r, uint64_t bits) {
     purge_notice_dirty();
   }
   atomic_fetch_add_explicit(&hak_dirty_bytes, (size_t)popcount64(added) * UNIT_SIZE, memory_order_relaxed);
+  if (added) atomic_store_explicit(&hak_dirty_grew_ms, os_now_ms(), memory_order_relaxed);
   r->dirty_units |= added;
 }
 

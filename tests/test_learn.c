@@ -13,12 +13,18 @@
  *            and the BigCache stays within the largest strategy's bound
  *   memory   (HAKMEM_LEARN_WEIGHT=0) the same burst: learning settles on a
  *            strategy that keeps nothing cached
+ *   idle     (HAKMEM_BIGCACHE_AGE_MS=10000: every strategy would keep the
+ *            cache) a burst of huge blocks, then nothing: at weight 50 a
+ *            leaner strategy runs within 2 s and the BigCache holds no more
+ *            than its bound; the next huge allocation brings back the
+ *            strategy from before. idle_speed: at weight 100 (memory costs
+ *            nothing) the strategy and the cache stay as they are
  *   carve    the learned refill batch of a thread's size class: a class used
  *            once carves one page's worth (one 32 KiB block), a hot one
  *            doubles up to its bound, one left cold while others carve decays
  *            back, and every carved block holds what was written to it
  *
- * usage: test_learn rating|pinned K|speed|memory|carve
+ * usage: test_learn rating|pinned K|speed|memory|idle|idle_speed|carve
  */
 #define USE_HAK_API
 #include "testutil.h"
@@ -90,12 +96,12 @@ static void test_rating(void)
 
   /* Exploration goes where a rival could win: every strategy costs the
    * same, all of it in the OS (then all of it memory), so only strategies
-   * keeping more (then less) than the best are worth trying, and of these
-   * only the best's neighbour (memory lies beyond lean from the default);
-   * none when the cost is nil. */
+   * keeping more (then less) than the best are worth trying (memory, beyond
+   * lean from the default, once lean has drawn); none when the cost is nil.
+   * And with lean a clear loser, memory beyond it is not tried. */
   static const struct { double os, mem; int never[2]; const char *what; } split[] = {
     {100, 0, {LEAN, MEMORY}, "all in the OS: leaner"},
-    {0, 100, {SPEED, MEMORY}, "all memory: more generous and beyond lean"},
+    {0, 100, {SPEED, SPEED}, "all memory: more generous"},
     {0, 0, {LEAN, SPEED}, "nil: all other"},
   };
   for (size_t k = 0; k < sizeof split / sizeof *split; k++) {
@@ -112,7 +118,16 @@ static void test_rating(void)
            ran[DEFAULT]);
     printf("test_learn rating: cost %s strategies not explored (ran %d %d %d %d): OK\n", split[k].what, ran[DEFAULT],
            ran[SPEED], ran[LEAN], ran[MEMORY]);
+  }  learn_reset();
+  static const double lean_loses[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 300, [MEMORY] = 0};
+  int ran[LEARN_STRATEGIES] = {0};
+  for (int i = 0; i < 300; i++) {
+    int s = learn_current();
+    ran[s]++;
+    learn_rate(0, lean_loses[s]);
   }
+  CHECKF(ran[LEAN] > 0 && ran[MEMORY] == 0, "lean a clear loser: lean ran %d, memory %d epochs", ran[LEAN], ran[MEMORY]);
+  printf("test_learn rating: lean a clear loser, memory beyond it not explored (lean ran %d epochs): OK\n", ran[LEAN]);
 }
 
 static void test_pinned(int pin)
@@ -173,6 +188,43 @@ static void test_live(int want_cache)
     CHECKF(s == MEMORY || s == LEAN, "weight 0 (memory) settled on strategy %d", s);
   printf("test_learn %s: settled on strategy %d (ratings %.0f %.0f %.0f %.0f): OK\n", want_cache ? "speed" : "memory",
          s, learn_rating(0), learn_rating(1), learn_rating(2), learn_rating(3));
+}
+
+static void test_idle(int speed)
+{
+  static const size_t bound[LEARN_STRATEGIES] = {256 * MiB, 1024 * MiB, 64 * MiB, 0};
+  burst(1500);
+  size_t cached = huge_cached_bytes();
+  CHECKF(cached > 0, "nothing cached after the burst (strategy %d)", learn_current());
+  int ms = 0;
+  for (; ms < 2000 && learn_resume() < 0; ms += 10) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+    learn_tick(0); /* as the purger does (it does not run under sanitizers) */
+  }
+  if (speed) {
+    CHECKF(learn_resume() < 0, "weight 100: strategy %d ran while idle", learn_current());
+    CHECKF(huge_cached_bytes() == cached, "weight 100: cache %zu MiB -> %zu MiB while idle", cached / MiB,
+           huge_cached_bytes() / MiB);
+    printf("test_learn idle_speed: strategy %d and %zu MiB cached kept for %d ms: OK\n", learn_current(),
+           cached / MiB, ms);
+    return;
+  }
+  int idle = learn_current(), before = learn_resume();
+  CHECKF(before >= 0, "still no idle strategy after %d ms (running %d)", ms, idle);
+  CHECKF(bound[idle] < bound[before], "idle strategy %d keeps no less than %d", idle, before);
+  CHECKF(huge_cached_bytes() <= bound[idle], "idle strategy %d, %zu MiB cached", idle, huge_cached_bytes() / MiB);
+  printf("test_learn idle: after %d ms strategy %d (was %d), cache %zu -> %zu MiB\n", ms, idle, before, cached / MiB,
+         huge_cached_bytes() / MiB);
+  for (int i = 0; i < 20 && learn_resume() >= 0; i++) { /* the purger may hold the lock for a moment */
+    char *p = hak_malloc(8 * MiB);
+    CHECK(p != NULL);
+    p[0] = p[8 * MiB - 1] = 1;
+    hak_free(p);
+  }
+  CHECKF(learn_resume() < 0 && learn_current() == before, "after allocating again: strategy %d, resume %d",
+         learn_current(), learn_resume());
+  printf("test_learn idle: allocating again brought back strategy %d: OK\n", before);
 }
 
 /* Allocates n blocks of size, each filled with its index; returns them. */
@@ -246,12 +298,14 @@ int main(int argc, char **argv)
   else if (strcmp(mode, "pinned") == 0) test_pinned(argc > 2 ? atoi(argv[2]) : 0);
   else if (strcmp(mode, "speed") == 0) test_live(1);
   else if (strcmp(mode, "memory") == 0) test_live(0);
+  else if (strcmp(mode, "idle") == 0) test_idle(0);
+  else if (strcmp(mode, "idle_speed") == 0) test_idle(1);
   else if (strcmp(mode, "carve") == 0) {
     pthread_t t;
     CHECK(pthread_create(&t, NULL, carve_thread, NULL) == 0);
     CHECK(pthread_join(t, NULL) == 0);
   } else {
-    fprintf(stderr, "usage: test_learn rating|pinned K|speed|memory|carve\n");
+    fprintf(stderr, "usage: test_learn rating|pinned K|speed|memory|idle|idle_speed|carve\n");
     return 2;
   }
   return 0;
