@@ -13,8 +13,10 @@
 /* ---- slow paths ----------------------------------------------------------- */
 
 /* Everything malloc's fast path does not handle: first use by a thread, an
- * exhausted slab, sizes above the small classes, alignment, zeroing. */
-static hak_noinline void *alloc_slow(heap_t *heap, size_t size, size_t align, bool zero) {
+ * exhausted slab, sizes above the small classes, alignment, zeroing. The
+ * size comes first, where malloc received it: the fast path then needs no
+ * register move before its tail call (and likewise p for free_slow). */
+static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bool zero) {
   if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
     errno = ENOMEM;
     return NULL;
@@ -46,10 +48,10 @@ hak_inline void *alloc_inline(size_t size) {
   if (likely(size <= TINY_MAX)) p = alloc_small(heap, hak_tiny_class[(size + 7) >> 3]);
   else if (size <= SMALL_MAX) p = alloc_small(heap, hak_mid_class[(size + 127) >> 7]);
   if (likely(p != NULL)) return p;
-  return alloc_slow(heap, size, 0, false);
+  return alloc_slow(size, heap, 0, false);
 }
 
-static hak_noinline void free_slow(heap_t *heap, void *p) {
+static hak_noinline void free_slow(void *p, heap_t *heap) {
   if (p == NULL) return;
   uint8_t kind = region_map_kind(p);
   if (kind >= MAP_HUGE) {
@@ -82,7 +84,7 @@ hak_inline void free_inline(void *p) {
       return;
     }
   }
-  free_slow(heap, p);
+  free_slow(p, heap);
 }
 
 /* ---- alignment ------------------------------------------------------------ */
@@ -100,11 +102,11 @@ static void *alloc_aligned(size_t size, size_t align) {
     if (cls < NUM_CLASSES) {
       void *p = alloc_small(heap, cls);
       if (likely(p != NULL)) return p;
-      return alloc_slow(heap, hak_class_size[cls], 0, false);
+      return alloc_slow(hak_class_size[cls], heap, 0, false);
     }
     size = SMALL_MAX + 1; /* no class fits: a large span does */
   }
-  return alloc_slow(heap, size, align, false);
+  return alloc_slow(size, heap, align, false);
 }
 
 static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
@@ -130,7 +132,7 @@ HAK_API void *hak_calloc(size_t count, size_t size) {
     void *p = alloc_small(heap, size_class(secure_min_size(total)));
     if (likely(p != NULL)) return memset(p, 0, total);
   }
-  return alloc_slow(heap, total, 0, true);
+  return alloc_slow(total, heap, 0, true);
 }
 
 HAK_API size_t hak_malloc_usable_size(const void *p) {
