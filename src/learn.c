@@ -88,6 +88,7 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
  * and Huge allocations, or EPOCH_MAX times as long when they are rare: where
  * each allocation faults in megabytes, a time-only epoch held one or two of
  * them, and which sizes happened to come decided its cost, not the strategy.
+ * An idle epoch (epoch_idle) ends on time: there is nothing to wait for.
  * The warm-up after a switch lasts half as long on both counts, so that a
  * caching strategy is not scored before its cache has filled. */
 #define EPOCH_MIN_ALLOCS 16
@@ -285,10 +286,19 @@ static void epoch_begin(uint64_t now) {
 
 static uint64_t epoch_allocs(void) { return atomic_load_explicit(&allocs, memory_order_relaxed) - L.allocs; }
 
+/* Idle: this epoch the program neither allocated a Large or Huge block nor
+ * touched new pages (the allocator's own unmapping and purging, which a
+ * switch to a leaner strategy sets off, do not count). */
+static bool epoch_idle(uint64_t now) {
+  double secs = (double)(now - L.start_ms + 1) / 1000;
+  return epoch_allocs() == 0 && (double)(os_minor_faults() - L.faults) * L.fault_us / 1000 < NEGLIGIBLE_COST * secs;
+}
+
 /* Whether the epoch (or its warm-up, half) has run its course by now. */
 static bool epoch_over(uint64_t now, uint64_t half) {
   uint64_t ms = now - L.start_ms, epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS), n = epoch_allocs();
-  return ms << half >= epoch && (n == 0 || n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
+  return ms << half >= epoch &&
+         ((n == 0 && epoch_idle(now)) || n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
 }
 
 /* The running strategy's cost so far this epoch: memory held per second,
@@ -337,14 +347,6 @@ static void run_next(int s, int next, uint64_t now) {
     L.warming = keeps_more(next, s);
   }
   epoch_begin(now);
-}
-
-/* Idle: this epoch the program neither allocated a Large or Huge block nor
- * touched new pages (the allocator's own unmapping and purging, which a
- * switch to a leaner strategy sets off, do not count). */
-static bool epoch_idle(uint64_t now) {
-  double secs = (double)(now - L.start_ms + 1) / 1000;
-  return epoch_allocs() == 0 && (double)(os_minor_faults() - L.faults) * L.fault_us / 1000 < NEGLIGIBLE_COST * secs;
 }
 
 /* An idle epoch: what every
