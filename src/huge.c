@@ -50,6 +50,14 @@ static size_t fit_rank(const cache_entry_t *e, size_t need) {
   return ((size_t)(aligned ? 3 : 2) << 52) - (e->size >> 12);
 }
 
+/* Removes slot i's run from the cache (under the lock) and returns it. */
+static cache_entry_t cache_remove(size_t i) {
+  cache_entry_t e = cache[i];
+  cache_bytes -= e.size;
+  cache[i].base = NULL;
+  return e;
+}
+
 /* Takes the cached run that serves need bytes best. */
 static bool cache_take(size_t need, cache_entry_t *out) {
   hak_lock(&hak_lock_huge);
@@ -58,11 +66,7 @@ static bool cache_take(size_t need, cache_entry_t *out) {
     if (cache[i].base == NULL) continue;
     if (best == CACHE_SLOTS || fit_rank(&cache[i], need) > fit_rank(&cache[best], need)) best = i;
   }
-  if (best < CACHE_SLOTS) {
-    *out = cache[best];
-    cache_bytes -= out->size;
-    cache[best].base = NULL;
-  }
+  if (best < CACHE_SLOTS) *out = cache_remove(best);
   hak_unlock(&hak_lock_huge);
   return best < CACHE_SLOTS;
 }
@@ -122,19 +126,9 @@ static size_t cache_evict(bool force) {
   size_t n = 0, bytes = 0, limit = force ? 0 : (size_t)learn_knob(KNOB_BIGCACHE_MB) << 20;
   uint64_t now = os_now_ms(), age = (uint64_t)learn_knob(KNOB_BIGCACHE_AGE_MS);
   hak_lock(&hak_lock_huge);
-  for (size_t i = 0; i < CACHE_SLOTS; i++) {
-    if (cache[i].base && (force || now - cache[i].freed_ms >= age)) {
-      out[n++] = cache[i];
-      cache_bytes -= cache[i].size;
-      cache[i].base = NULL;
-    }
-  }
-  while (cache_bytes > limit) {
-    size_t oldest = cache_oldest();
-    out[n++] = cache[oldest];
-    cache_bytes -= cache[oldest].size;
-    cache[oldest].base = NULL;
-  }
+  for (size_t i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].base && (force || now - cache[i].freed_ms >= age)) out[n++] = cache_remove(i);
+  while (cache_bytes > limit) out[n++] = cache_remove(cache_oldest());
   hak_unlock(&hak_lock_huge);
   for (size_t i = 0; i < n; i++) os_unmap(out[i].base, out[i].size), bytes += out[i].size;
   return bytes;
@@ -158,10 +152,7 @@ static void cache_put(char *base, size_t size) {
         cache_bytes += size;
         break;
       }
-      size_t oldest = cache_oldest();
-      out[n++] = cache[oldest];
-      cache_bytes -= cache[oldest].size;
-      cache[oldest].base = NULL;
+      out[n++] = cache_remove(cache_oldest());
     }
     hak_unlock(&hak_lock_huge);
     purge_notice_dirty();

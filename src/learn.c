@@ -196,10 +196,11 @@ static bool between(int u, int a, int b) {
   return (!keeps_more(a, u) && !keeps_more(u, b)) || (!keeps_more(b, u) && !keeps_more(u, a));
 }
 
+/* A cost that clearly loses to b's last one (0 when b was never scored). */
+static double losing_cost(int b) { return L.scored_at[b] ? L.cost[b] * LOSER + NEGLIGIBLE_COST : 0; }
+
 /* Whether u's last cost was a clear loss to b's. */
-static bool lost_clearly(int u, int b) {
-  return L.scored_at[u] && L.scored_at[b] && L.cost[u] > L.cost[b] * LOSER + NEGLIGIBLE_COST;
-}
+static bool lost_clearly(int u, int b) { return L.scored_at[u] && L.scored_at[b] && L.cost[u] > losing_cost(b); }
 
 /* Whether rival t is worth an epoch against b, the best rated, whose last
  * cost split as it did. One that keeps no more than b pays at least b's time
@@ -240,7 +241,7 @@ int learn_rate(double os_cost, double mem_cost) {
   for (int t = 0; t < LEARN_STRATEGIES; t++)
     if (t != best && could_win(t, best) && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
   if (stalest < 0) stalest = best; /* nothing could do better */
-  double beat = L.scored_at[best] ? L.cost[best] * LOSER + NEGLIGIBLE_COST : 0;
+  double beat = losing_cost(best);
   bool far = L.rating[stalest] < L.rating[best] - FAR_RATING || lost_clearly(stalest, best);
   bool shifted = jumped || !L.scored_at[stalest];
   bool explore = (next_random() >> 33) % (shifted ? EXPLORE_SHIFTED : far ? EXPLORE_FAR : EXPLORE_STEADY) == 0 &&
@@ -286,12 +287,14 @@ static void epoch_begin(uint64_t now) {
 
 static uint64_t epoch_allocs(void) { return atomic_load_explicit(&allocs, memory_order_relaxed) - L.allocs; }
 
+static double epoch_secs(uint64_t now) { return (double)(now - L.start_ms + 1) / 1000; }
+
 /* Idle: this epoch the program neither allocated a Large or Huge block nor
  * touched new pages (the allocator's own unmapping and purging, which a
  * switch to a leaner strategy sets off, do not count). */
 static bool epoch_idle(uint64_t now) {
-  double secs = (double)(now - L.start_ms + 1) / 1000;
-  return epoch_allocs() == 0 && (double)(os_minor_faults() - L.faults) * L.fault_us / 1000 < NEGLIGIBLE_COST * secs;
+  return epoch_allocs() == 0 &&
+         (double)(os_minor_faults() - L.faults) * L.fault_us / 1000 < NEGLIGIBLE_COST * epoch_secs(now);
 }
 
 /* Whether the epoch (or its warm-up, half) has run its course by now. */
@@ -313,19 +316,21 @@ static double weight(void) {
   return w < 0 ? 0 : w > 1 ? 1 : w;
 }
 
+/* The weighted price of holding mib_ms (MiB times milliseconds). */
+static double held_price(double mib_ms) { return (1 - weight()) * (MIB_PRICE_MS * mib_ms / 1000); }
+
 static double epoch_cost(uint64_t now, double *os_part) {
-  double secs = (double)(now - L.start_ms + 1) / 1000;
+  double secs = epoch_secs(now);
   double work = (double)(atomic_load_explicit(&alloc_bytes, memory_order_relaxed) - L.bytes) / (1 << 20) / PACE_MIB_S;
   uint64_t faults = os_minor_faults(), calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
   uint64_t purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
   double os_ms = ((double)(faults - L.faults) * L.fault_us + (double)(calls - L.calls) * CALL_US +
                   (double)((purged - L.purged) / 4096) * PURGE_PAGE_US) / 1000;
-  double w = weight();
-  double held = MIB_PRICE_MS * L.held_mib_ms / 1000;
+  double w = weight(), held = held_price(L.held_mib_ms);
   *os_part = 0;
-  if (w * os_ms + (1 - w) * held < NEGLIGIBLE_COST * secs) return 0;
+  if (w * os_ms + held < NEGLIGIBLE_COST * secs) return 0;
   *os_part = w * os_ms / (work > secs ? work : secs);
-  return *os_part + (1 - w) * held / secs;
+  return *os_part + held / secs;
 }
 
 /* An exploring epoch past its warm-up ends as soon as it has clearly lost
@@ -356,10 +361,10 @@ static void run_next(int s, int next, uint64_t now) {
  * rated, which then paid every following burst in page faults until
  * exploration had climbed back. Returns the strategy to run. */
 static int idle_choice(int s, double mem_cost, uint64_t now) {
-  double w = weight(), secs = (double)(now - L.start_ms + 1) / 1000, least = mem_cost * (1 - DRAW_MARGIN);
+  double secs = epoch_secs(now), least = mem_cost * (1 - DRAW_MARGIN);
   int next = s;
   for (int t = 0; t < LEARN_STRATEGIES; t++) {
-    double c = (1 - w) * MIB_PRICE_MS * L.cf_mib_ms[t] / 1000 / secs;
+    double c = held_price(L.cf_mib_ms[t]) / secs;
     if (t != s && c < least) next = t, least = c;
   }
   if (next != s && atomic_load_explicit(&resume, memory_order_relaxed) < 0)
@@ -379,17 +384,14 @@ static void epoch_end(uint64_t now) {
   int s = strategy_now();
   double os;
   double cost = epoch_cost(now, &os);
-  if (epoch_idle(now)) {
-    L.ran_ms[s] += now - L.start_ms;
-    L.ran_epochs[s]++;
-    run_next(s, idle_choice(s, cost - os, now), now);
-  } else if (atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
+  bool idle = epoch_idle(now);
+  if (!idle && atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
     idle_over(now);
-  } else {
-    L.ran_ms[s] += now - L.start_ms;
-    L.ran_epochs[s]++;
-    run_next(s, learn_rate(os, cost - os), now);
+    return;
   }
+  L.ran_ms[s] += now - L.start_ms;
+  L.ran_epochs[s]++;
+  run_next(s, idle ? idle_choice(s, cost - os, now) : learn_rate(os, cost - os), now);
 }
 
 void learn_tick(size_t alloc) {
@@ -432,9 +434,10 @@ void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_orde
 void learn_print(os_out_t *o) {
   os_out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
   os_out_str(o, strategies[strategy_now()].name);
-  if (learn_resume() >= 0) {
+  int back = learn_resume();
+  if (back >= 0) {
     os_out_str(o, " while idle, then ");
-    os_out_str(o, strategies[learn_resume()].name);
+    os_out_str(o, strategies[back].name);
   }
   if (L.started) {
     os_out_str(o, "; a page fault priced at ");
