@@ -219,6 +219,7 @@ void huge_free(void *p) {
   atomic_fetch_sub_explicit(&hak_huge_bytes, size, memory_order_relaxed);
   region_map_set(p, MAP_NONE);
   h->magic = 0;
+  learn_freed();
   cache_put((char *)h, size);
   cache_evict(false);
   learn_tick(0);

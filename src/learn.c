@@ -29,9 +29,10 @@
  * fill to the new bounds, and
  * a short exploring epoch scored from a cold start rated a caching strategy
  * as if it kept nothing (seen under load, when one cycle of bursts of huge
- * blocks outlasts 25 ms). An idle epoch is not rated: the strategy that
- * would have held least in it runs until the program allocates again (see
- * idle_choice). All of this runs under a try-lock on slow paths and
+ * blocks outlasts 25 ms). An idle stretch (an epoch's length without
+ * allocations or page faults) is not rated: the strategy that would have
+ * held least in it runs until the program allocates, frees or faults again
+ * (see idle_choice). All of this runs under a try-lock on slow paths and
  * in the purger, never on a fast path. */
 #include "learn.h"
 
@@ -88,7 +89,8 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
  * and Huge allocations, or EPOCH_MAX times as long when they are rare: where
  * each allocation faults in megabytes, a time-only epoch held one or two of
  * them, and which sizes happened to come decided its cost, not the strategy.
- * An idle epoch (epoch_idle) ends on time: there is nothing to wait for.
+ * A quiet stretch as long as an epoch (see quiet_sample) ends the epoch on
+ * time: there is nothing to wait for, and what came before it is not scored.
  * The warm-up after a switch lasts half as long on both counts, so that a
  * caching strategy is not scored before its cache has filled. */
 #define EPOCH_MIN_ALLOCS 16
@@ -104,7 +106,10 @@ static struct {
   bool started, warming; /* warming: the half epoch after a switch */
   uint64_t start_ms, sample_ms, epochs, rng;
   double held_mib, held_mib_ms;              /* last sample, integral this epoch */
-  double cf_mib[LEARN_STRATEGIES], cf_mib_ms[LEARN_STRATEGIES]; /* the same, had t run */
+  double cf_mib[LEARN_STRATEGIES];           /* the same, had t run */
+  uint64_t quiet_since, quiet_allocs, quiet_faults; /* the last busy sample, counts then */
+  uint64_t quiet_from;                       /* start of the sums below */
+  double quiet_cf_mib_ms[LEARN_STRATEGIES]; /* what t would have held while quiet */
   uint64_t faults, calls, purged, allocs, bytes; /* at the epoch's start */
   double lost_at;                            /* exploring: a cost that loses */
   double fault_us;                           /* price of a page fault here */
@@ -273,10 +278,36 @@ static void sample_held(uint64_t now) {
   for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib[t] = held_mib_had(t, now);
 }
 
+/* Quiet time runs from the last sample at which the program had allocated a
+ * Large or Huge block or faulted (more than a negligible cost's worth: a
+ * sleeping program still touches a page now and then). An idle stretch is
+ * judged on what was held in it alone, so a burst's last epoch does not hold
+ * it up: that epoch, waiting for its allocations, had kept the burst's memory
+ * for up to EPOCH_MAX epochs after the burst ended. */
+static void quiet_restart(uint64_t now) {
+  L.quiet_from = now;
+  for (int t = 0; t < LEARN_STRATEGIES; t++) L.quiet_cf_mib_ms[t] = 0;
+}
+
+static void quiet_sample(uint64_t now) {
+  uint64_t n = atomic_load_explicit(&allocs, memory_order_relaxed), faults = os_minor_faults();
+  uint64_t ms = now - L.quiet_since, epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS);
+  if (n != L.quiet_allocs ||
+      (double)(faults - L.quiet_faults) * L.fault_us >= NEGLIGIBLE_COST * (double)(ms > epoch ? ms : epoch)) {
+    L.quiet_since = now;
+    L.quiet_allocs = n;
+    L.quiet_faults = faults;
+    quiet_restart(now);
+    return;
+  }
+  double dt = (double)(now - L.sample_ms);
+  for (int t = 0; t < LEARN_STRATEGIES; t++) L.quiet_cf_mib_ms[t] += L.cf_mib[t] * dt;
+}
+
 static void epoch_begin(uint64_t now) {
   L.start_ms = L.sample_ms = now;
   L.held_mib_ms = 0;
-  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] = 0;
+  quiet_restart(now);
   sample_held(now); /* after a switch: what the new strategy keeps */
   L.faults = os_minor_faults();
   L.calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
@@ -289,19 +320,17 @@ static uint64_t epoch_allocs(void) { return atomic_load_explicit(&allocs, memory
 
 static double epoch_secs(uint64_t now) { return (double)(now - L.start_ms + 1) / 1000; }
 
-/* Idle: this epoch the program neither allocated a Large or Huge block nor
- * touched new pages (the allocator's own unmapping and purging, which a
- * switch to a leaner strategy sets off, do not count). */
-static bool epoch_idle(uint64_t now) {
-  return epoch_allocs() == 0 &&
-         (double)(os_minor_faults() - L.faults) * L.fault_us / 1000 < NEGLIGIBLE_COST * epoch_secs(now);
-}
+/* Whether the program has been idle for an epoch's length: it neither
+ * allocated a Large or Huge block nor touched new pages (the allocator's own
+ * unmapping and purging, which a switch to a leaner strategy sets off, do not
+ * count). */
+static bool quiet(uint64_t now) { return now - L.quiet_since >= (uint64_t)hak_option(OPT_LEARN_EPOCH_MS); }
 
 /* Whether the epoch (or its warm-up, half) has run its course by now. */
 static bool epoch_over(uint64_t now, uint64_t half) {
   uint64_t ms = now - L.start_ms, epoch = (uint64_t)hak_option(OPT_LEARN_EPOCH_MS), n = epoch_allocs();
   return ms << half >= epoch &&
-         ((n == 0 && epoch_idle(now)) || n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
+         (quiet(now) || n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
 }
 
 /* The running strategy's cost so far this epoch: memory held per second,
@@ -354,17 +383,19 @@ static void run_next(int s, int next, uint64_t now) {
   epoch_begin(now);
 }
 
-/* An idle epoch: what every
- * strategy would have held is known (held_mib_had), so the cheapest runs
- * until the program allocates again, and nothing is rated: ratings judge
- * strategies under load, and scoring idle epochs made the leanest the best
- * rated, which then paid every following burst in page faults until
- * exploration had climbed back. Returns the strategy to run. */
-static int idle_choice(int s, double mem_cost, uint64_t now) {
-  double secs = epoch_secs(now), least = mem_cost * (1 - DRAW_MARGIN);
+/* Idle: what every strategy would have held in the quiet time is known
+ * (held_mib_had), so the cheapest runs until the program allocates again,
+ * and nothing is rated: ratings judge strategies under load, and scoring
+ * idle epochs made the leanest the best rated, which then paid every
+ * following burst in page faults until exploration had climbed back.
+ * Returns the strategy to run. */
+static int idle_choice(int s, uint64_t now) {
+  double secs = (double)(now - L.quiet_from + 1) / 1000, mine = held_price(L.quiet_cf_mib_ms[s]) / secs;
+  if (mine < NEGLIGIBLE_COST) return s;
+  double least = mine * (1 - DRAW_MARGIN);
   int next = s;
   for (int t = 0; t < LEARN_STRATEGIES; t++) {
-    double c = held_price(L.cf_mib_ms[t]) / secs;
+    double c = held_price(L.quiet_cf_mib_ms[t]) / secs;
     if (t != s && c < least) next = t, least = c;
   }
   if (next != s && atomic_load_explicit(&resume, memory_order_relaxed) < 0)
@@ -372,8 +403,8 @@ static int idle_choice(int s, double mem_cost, uint64_t now) {
   return next;
 }
 
-/* The program allocates again (or spends time in the OS): back to the
- * strategy that ran before the idle stretch, unscored. */
+/* The program allocates, frees or faults again: back to the strategy that ran
+ * before the idle stretch, unscored. */
 static void idle_over(uint64_t now) {
   int s = strategy_now();
   L.ran_ms[s] += now - L.start_ms;
@@ -382,26 +413,24 @@ static void idle_over(uint64_t now) {
 
 static void epoch_end(uint64_t now) {
   int s = strategy_now();
-  double os;
-  double cost = epoch_cost(now, &os);
-  bool idle = epoch_idle(now);
-  if (!idle && atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
-    idle_over(now);
-    return;
-  }
+  bool idle = quiet(now);
   L.ran_ms[s] += now - L.start_ms;
   L.ran_epochs[s]++;
-  run_next(s, idle ? idle_choice(s, cost - os, now) : learn_rate(os, cost - os), now);
+  int next = s;
+  if (idle) {
+    next = idle_choice(s, now);
+  } else {
+    double os, cost = epoch_cost(now, &os);
+    next = learn_rate(os, cost - os);
+  }
+  run_next(s, next, now);
 }
 
-void learn_tick(size_t alloc) {
-  if (!learning()) return;
-  if (alloc) {
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&alloc_bytes, alloc, memory_order_relaxed);
-  }
+/* A sample; event: the program allocated or freed, which ends an idle
+ * stretch at once. */
+static void sample(bool event) {
   uint64_t now = os_now_ms();
-  bool back = alloc && atomic_load_explicit(&resume, memory_order_relaxed) >= 0;
+  bool back = event && atomic_load_explicit(&resume, memory_order_relaxed) >= 0;
   if (!back && now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < SAMPLE_MS) return;
   if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
   atomic_store_explicit(&last_sample_ms, now, memory_order_relaxed);
@@ -410,14 +439,17 @@ void learn_tick(size_t alloc) {
     L.started = true;
     double us = os_fault_us();
     L.fault_us = us < FAULT_US_MIN ? FAULT_US_MIN : us > FAULT_US_MAX ? FAULT_US_MAX : us;
+    L.quiet_since = now;
+    L.quiet_allocs = atomic_load_explicit(&allocs, memory_order_relaxed);
+    L.quiet_faults = os_minor_faults();
     epoch_begin(now);
   }
   /* left sums: the amount held since the last sample, over the time since */
   L.held_mib_ms += L.held_mib * (double)(now - L.sample_ms);
-  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] += L.cf_mib[t] * (double)(now - L.sample_ms);
+  quiet_sample(now);
   sample_held(now);
   L.sample_ms = now;
-  if (back && atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
+  if ((back || L.quiet_since == now) && atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
     idle_over(now);
   } else if (L.warming && epoch_over(now, 1)) {
     L.warming = false;
@@ -427,6 +459,20 @@ void learn_tick(size_t alloc) {
     epoch_end(now);
   }
   hak_unlock(&L.lock);
+}
+
+void learn_tick(size_t alloc) {
+  if (!learning()) return;
+  if (alloc) {
+    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&alloc_bytes, alloc, memory_order_relaxed);
+  }
+  sample(alloc != 0);
+}
+
+void learn_freed(void) {
+  if (likely(atomic_load_explicit(&resume, memory_order_relaxed) < 0)) return;
+  sample(true);
 }
 
 void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_order_relaxed); }

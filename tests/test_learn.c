@@ -16,8 +16,10 @@
  *   idle     (HAKMEM_BIGCACHE_AGE_MS=10000: every strategy would keep the
  *            cache) a burst of huge blocks, then nothing: at weight 50 a
  *            leaner strategy runs within 2 s and the BigCache holds no more
- *            than its bound; the next huge allocation brings back the
- *            strategy from before. idle_speed: at weight 100 (memory costs
+ *            than its bound; freeing a huge block held through the idle
+ *            stretch brings back the strategy from before (which caches the
+ *            block), and so does the next huge allocation. idle_speed: at
+ *            weight 100 (memory costs
  *            nothing) the strategy and the cache stay as they are
  *   carve    the learned refill batch of a thread's size class: a class used
  *            once carves one page's worth (one 32 KiB block), a hot one
@@ -193,6 +195,13 @@ static void test_live(int want_cache)
 static void test_idle(int speed)
 {
   static const size_t bound[LEARN_STRATEGIES] = {256 * MiB, 1024 * MiB, 64 * MiB, 0};
+  enum { HELD = 20 };
+  char *held[HELD];
+  for (int i = 0; i < HELD; i++) {
+    held[i] = hak_malloc(4 * MiB);
+    CHECK(held[i] != NULL);
+    held[i][0] = (char)i;
+  }
   burst(1500);
   size_t cached = huge_cached_bytes();
   CHECKF(cached > 0, "nothing cached after the burst (strategy %d)", learn_current());
@@ -216,6 +225,23 @@ static void test_idle(int speed)
   CHECKF(huge_cached_bytes() <= bound[idle], "idle strategy %d, %zu MiB cached", idle, huge_cached_bytes() / MiB);
   printf("test_learn idle: after %d ms strategy %d (was %d), cache %zu -> %zu MiB\n", ms, idle, before, cached / MiB,
          huge_cached_bytes() / MiB);
+  int freed = 0;
+  while (freed < HELD && learn_resume() >= 0) { /* the purger may hold the lock for a moment */
+    CHECKF(held[freed][0] == (char)freed, "block %d lost its contents", freed);
+    hak_free(held[freed++]);
+  }
+  CHECKF(learn_resume() < 0 && learn_current() == before, "after %d frees: strategy %d, resume %d", freed,
+         learn_current(), learn_resume());
+  CHECKF(bound[before] < 4 * MiB || huge_cached_bytes() >= 4 * MiB, "strategy %d back, but the freed block was not cached",
+         before);
+  printf("test_learn idle: freeing a block brought back strategy %d (after %d frees): OK\n", before, freed);
+  while (freed < HELD) hak_free(held[freed++]);
+  for (ms = 0; ms < 2000 && learn_resume() < 0; ms += 10) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+    learn_tick(0);
+  }
+  CHECKF(learn_resume() >= 0, "no idle strategy again after %d ms (running %d)", ms, learn_current());
   for (int i = 0; i < 20 && learn_resume() >= 0; i++) { /* the purger may hold the lock for a moment */
     char *p = hak_malloc(8 * MiB);
     CHECK(p != NULL);
