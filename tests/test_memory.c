@@ -14,7 +14,10 @@
  *            at the end under 10 % of the peak.
  *   bigcache 40 huge blocks of 16 MiB freed at once: what the cache keeps
  *            stays within HAKMEM_BIGCACHE_MB (32, set by CTest) and is gone
- *            after its age (HAKMEM_BIGCACHE_AGE_MS).
+ *            after its age (HAKMEM_BIGCACHE_AGE_MS). Then a freed 8 MiB
+ *            block's reservation serves a 10 MiB one in place (same address,
+ *            written and read back whole), and a calloc of 11 MiB reusing it
+ *            reads zero throughout.
  *   xthread  a producer allocates 16-1024 B blocks and a consumer frees them
  *            through a ring of 8192 (about 4 MiB in flight) for SECONDS
  *            (default 60): resident memory must stay within twice that
@@ -200,6 +203,21 @@ static void test_bigcache(void)
   size_t rss = wait_rss_below(base + 4 * MiB, 1500);
   CHECKF(rss <= base + 4 * MiB, "%zu MiB still resident after the cache's age", mib(rss - base));
   printf("test_memory bigcache: %zu MiB kept after freeing 640 MiB, gone after its age: OK\n", mib(kept));
+  unsigned char *p = A(malloc)(8 * MiB);
+  CHECK(p != NULL);
+  memset(p, 5, 8 * MiB);
+  A(free)(p);
+  unsigned char *q = A(malloc)(10 * MiB);
+  CHECKF(q == p, "a 10 MiB block after freeing 8 MiB at %p came at %p, not in place", (void *)p, (void *)q);
+  memset(q, 6, 10 * MiB);
+  for (size_t i = 0; i < 10 * MiB; i += 4093) CHECKF(q[i] == 6, "byte %zu of the grown block reads %d", i, q[i]);
+  A(free)(q);
+  unsigned char *z = A(calloc)(1, 11 * MiB);
+  CHECK(z != NULL);
+  for (size_t i = 0; i < 11 * MiB; i += 4093) CHECKF(z[i] == 0, "byte %zu of calloc's reused block reads %d", i, z[i]);
+  CHECK(z[11 * MiB - 1] == 0);
+  A(free)(z);
+  printf("test_memory bigcache: a freed block's reservation served a larger one in place: OK\n");
 }
 
 #define RING 8192
