@@ -328,14 +328,16 @@ size_t huge_cached_bytes(void) {
   return n;
 }
 
-size_t huge_cached_within(uint64_t age_ms, size_t cap) {
+size_t huge_cached_by_age(size_t n, const uint64_t age_ms[], size_t young[]) {
   uint64_t now = os_now_ms();
-  size_t n = 0;
+  for (size_t k = 0; k < n; k++) young[k] = 0;
   hak_lock(&hak_lock_huge);
   for (size_t i = 0; i < CACHE_SLOTS; i++)
-    if (cache[i].base && now - cache[i].freed_ms < age_ms) n += cache[i].resident;
+    for (size_t k = 0; cache[i].base && k < n; k++)
+      if (now - cache[i].freed_ms < age_ms[k]) young[k] += cache[i].resident;
+  size_t all = cache_bytes;
   hak_unlock(&hak_lock_huge);
-  return n < cap ? n : cap;
+  return all;
 }
 
 /* Evicts aged entries; returns whether any remain cached. */

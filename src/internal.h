@@ -172,8 +172,9 @@ extern _Atomic size_t hak_huge_bytes;
 extern _Atomic size_t hak_dirty_bytes; /* free units not yet purged */
 extern _Atomic uint64_t hak_dirty_grew_ms; /* when units last became dirty */
 size_t huge_cached_bytes(void);
-/* Bytes the BigCache would hold now had it kept runs for age_ms, at most cap. */
-size_t huge_cached_within(uint64_t age_ms, size_t cap);
+/* The resident bytes the BigCache holds; young[k] gets those of its runs
+ * freed less than age_ms[k] ago. */
+size_t huge_cached_by_age(size_t n, const uint64_t age_ms[], size_t young[]);
 extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge, hak_lock_purge;
 
 /* ---- size classes ------------------------------------------------------- */

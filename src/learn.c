@@ -258,24 +258,24 @@ int learn_rate(double os_cost, double mem_cost) {
   return next;
 }
 
-static double held_mib(void) {
-  return (double)(atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed) + huge_cached_bytes()) / (1 << 20);
-}
-
-/* What strategy t would hold now, had it run while the program allocated
- * nothing: the BigCache runs young enough for its age bound, within its
- * size bound, and the dirty units if any became dirty within its delay. */
-static double held_mib_had(int t, uint64_t now) {
-  long delay = knob_value(t, KNOB_PURGE_DELAY_MS);
-  size_t dirty = atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed);
-  if (delay >= 0 && now - atomic_load_explicit(&hak_dirty_grew_ms, memory_order_relaxed) >= (uint64_t)delay) dirty = 0;
-  size_t cap = (size_t)knob_value(t, KNOB_BIGCACHE_MB) << 20;
-  return (double)(dirty + huge_cached_within((uint64_t)knob_value(t, KNOB_BIGCACHE_AGE_MS), cap)) / (1 << 20);
-}
-
+/* What is held now above the live blocks, and what each strategy t would
+ * hold had it run while the program allocated nothing: the BigCache runs
+ * young enough for its age bound, within its size bound, and the dirty units
+ * if any became dirty within its delay. One look at the BigCache for all. */
 static void sample_held(uint64_t now) {
-  L.held_mib = held_mib();
-  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib[t] = held_mib_had(t, now);
+  uint64_t age[LEARN_STRATEGIES];
+  size_t young[LEARN_STRATEGIES];
+  for (int t = 0; t < LEARN_STRATEGIES; t++) age[t] = (uint64_t)knob_value(t, KNOB_BIGCACHE_AGE_MS);
+  size_t cached = huge_cached_by_age(LEARN_STRATEGIES, age, young);
+  size_t dirty = atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed);
+  uint64_t grew = atomic_load_explicit(&hak_dirty_grew_ms, memory_order_relaxed);
+  L.held_mib = (double)(dirty + cached) / (1 << 20);
+  for (int t = 0; t < LEARN_STRATEGIES; t++) {
+    long delay = knob_value(t, KNOB_PURGE_DELAY_MS);
+    size_t cap = (size_t)knob_value(t, KNOB_BIGCACHE_MB) << 20;
+    size_t kept = (delay >= 0 && now - grew >= (uint64_t)delay ? 0 : dirty) + (young[t] < cap ? young[t] : cap);
+    L.cf_mib[t] = (double)kept / (1 << 20);
+  }
 }
 
 /* Quiet time runs from the last sample at which the program had allocated a
@@ -384,7 +384,7 @@ static void run_next(int s, int next, uint64_t now) {
 }
 
 /* Idle: what every strategy would have held in the quiet time is known
- * (held_mib_had), so the cheapest runs until the program allocates again,
+ * (sample_held), so the cheapest runs until the program allocates again,
  * and nothing is rated: ratings judge strategies under load, and scoring
  * idle epochs made the leanest the best rated, which then paid every
  * following burst in page faults until exploration had climbed back.
