@@ -181,7 +181,7 @@ static bool heap_slab_refill(heap_t *heap, slab_t *s) {
  * that allocates and frees a batch at a time empties it over and over, and
  * the few such slabs (64 KiB each) are what stays resident. */
 void heap_slab_empty(heap_t *heap, slab_t *s) {
-  learn_freed();
+  learn_active();
   if (s->kind == SLAB_LARGE) {
     heap_span_release(heap, s);
     return;
@@ -227,11 +227,8 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
   if (--s->used == 0) heap_slab_empty(heap, s);
 }
 
-/* A new slab is a slow path where a program that allocates only small
- * blocks meets the learner, which must see it busy (faulting) after an idle
- * stretch. */
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
-  learn_tick(0);
+  learn_active();
   size_t units = hak_class_units[cls];
   slab_t *s = heap_span_alloc(heap, units, 1);
   if (s) slab_init(s, heap, cls, units);

@@ -269,7 +269,7 @@ void huge_free(void *p) {
   atomic_fetch_sub_explicit(&hak_huge_bytes, h->resident, memory_order_relaxed);
   region_map_set(p, MAP_NONE);
   h->magic = 0;
-  learn_freed();
+  learn_active();
   cache_put((char *)h, h->map_size, h->resident);
   cache_evict(false);
   learn_tick(0);

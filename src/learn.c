@@ -98,6 +98,7 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 
 static _Atomic int current = -1;
 static _Atomic int resume = -1; /* idle: the strategy to go back to */
+static _Atomic bool woken;        /* the program was active while idle */
 static _Atomic uint64_t last_sample_ms;
 static _Atomic uint64_t allocs, alloc_bytes; /* Large and Huge allocations so far */
 
@@ -458,6 +459,11 @@ static void sample(bool event) {
   } else if (!L.warming && (epoch_over(now, 0) || exploring_lost(now))) {
     epoch_end(now);
   }
+  /* a free that found the lock taken (this very sample may have begun the
+   * idle stretch) ends it now rather than at the next allocation */
+  if (atomic_exchange_explicit(&woken, false, memory_order_relaxed) &&
+      atomic_load_explicit(&resume, memory_order_relaxed) >= 0)
+    idle_over(now);
   hak_unlock(&L.lock);
 }
 
@@ -470,8 +476,9 @@ void learn_tick(size_t alloc) {
   sample(alloc != 0);
 }
 
-void learn_freed(void) {
+void learn_active(void) {
   if (likely(atomic_load_explicit(&resume, memory_order_relaxed) < 0)) return;
+  atomic_store_explicit(&woken, true, memory_order_relaxed);
   sample(true);
 }
 

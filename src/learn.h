@@ -24,17 +24,18 @@ typedef enum {
  * environment wins over every strategy. */
 long learn_knob(learn_knob_t knob);
 
-/* Called by the purger's rounds, by Large/Huge slow paths (alloc_bytes: the
- * size of a Large or Huge allocation, else 0) and when a heap takes a new
- * slab: samples the memory held
+/* Called by the purger's rounds and by Large/Huge slow paths (alloc_bytes:
+ * the size of a Large or Huge allocation, else 0): samples the memory held
  * above live, and at the end of an epoch rates the strategy that ran and
  * picks the next. Cheap when no epoch ends. */
 void learn_tick(size_t alloc_bytes);
 
-/* Called where memory comes back (a slab emptied, a huge block freed) before
- * it is purged or cached: a program that frees is running again, so an idle
- * stretch's lean strategy must not return memory it is about to reuse. */
-void learn_freed(void);
+/* Called on slow paths of a running program (a new slab, a slab emptied, a
+ * huge block freed before it is cached): ends an idle stretch at once, so
+ * that its lean strategy does not return memory the program is about to
+ * reuse. One load when not idle; a program that never allocates a Large or
+ * Huge block never starts the learner. */
+void learn_active(void);
 
 /* The rating step on its own: the strategy that ran showed a cost (ms per
  * second, or per 256 MiB allocated: see learn.c), os_cost of it in the OS
