@@ -227,8 +227,16 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
   if (--s->used == 0) heap_slab_empty(heap, s);
 }
 
+/* A new slab ends an idle stretch, and samples the learner: it starts with
+ * the program's first slab, so that its first explorations fall in whatever
+ * the program does first, not in its first burst of huge blocks (phases,
+ * learning's cost over the run against the best pinned strategy: 0.97x
+ * started here, 1.10x started at the first Large/Huge allocation; the
+ * price is the learner's own 64 KiB in a program without Large/Huge
+ * blocks: memory 1M x 16 B 1.6 % -> 2.0 %, mimalloc's 2.0-2.2 %). */
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   learn_active();
+  learn_tick(0);
   size_t units = hak_class_units[cls];
   slab_t *s = heap_span_alloc(heap, units, 1);
   if (s) slab_init(s, heap, cls, units);

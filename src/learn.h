@@ -24,8 +24,9 @@ typedef enum {
  * environment wins over every strategy. */
 long learn_knob(learn_knob_t knob);
 
-/* Called by the purger's rounds and by Large/Huge slow paths (alloc_bytes:
- * the size of a Large or Huge allocation, else 0): samples the memory held
+/* Called by the purger's rounds, by Large/Huge slow paths (alloc_bytes: the
+ * size of a Large or Huge allocation, else 0) and when a heap takes a new
+ * slab: samples the memory held
  * above live, and at the end of an epoch rates the strategy that ran and
  * picks the next. Cheap when no epoch ends. */
 void learn_tick(size_t alloc_bytes);
@@ -33,8 +34,7 @@ void learn_tick(size_t alloc_bytes);
 /* Called on slow paths of a running program (a new slab, a slab emptied, a
  * huge block freed before it is cached): ends an idle stretch at once, so
  * that its lean strategy does not return memory the program is about to
- * reuse. One load when not idle; a program that never allocates a Large or
- * Huge block never starts the learner. */
+ * reuse. One load when not idle. */
 void learn_active(void);
 
 /* The rating step on its own: the strategy that ran showed a cost (ms per
