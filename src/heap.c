@@ -83,29 +83,24 @@ static void region_link_back(heap_t *heap, region_t *r) {
 }
 
 /* A span from the heap's regions: those with free units come first, so the
- * scan stops at the first full one. Units still resident are taken before
- * any that would fault: a program that frees Large blocks and allocates
- * others of different sizes reuses their pages instead of faulting in
- * fresh ones beside them. */
+ * scan stops at the first full one. */
 slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units) {
   slab_t *s = NULL;
   hak_lock(&heap->lock);
-  for (int resident = 1; resident >= 0 && s == NULL; resident--) {
-    for (region_t *r = heap->regions; r && r->free_units; r = r->next) {
-      s = region_span_alloc(r, units, align_units, resident);
-      if (s == NULL) continue;
-      if (r->free_units == 0 && r->next) {
-        region_unlink(heap, r);
-        region_link_back(heap, r);
-      }
-      break;
+  for (region_t *r = heap->regions; r && r->free_units; r = r->next) {
+    s = region_span_alloc(r, units, align_units);
+    if (s == NULL) continue;
+    if (r->free_units == 0 && r->next) {
+      region_unlink(heap, r);
+      region_link_back(heap, r);
     }
+    break;
   }
   if (s == NULL) {
     region_t *r = region_alloc(heap);
     if (r) {
       region_link_front(heap, r);
-      s = region_span_alloc(r, units, align_units, false);
+      s = region_span_alloc(r, units, align_units);
     }
   }
   hak_unlock(&heap->lock);

@@ -143,11 +143,10 @@ bool region_pool_purge_due(uint64_t now, uint64_t delay) {
   return pending;
 }
 
-/* Finds units free units in a row (resident ones only, when resident is
- * set), starting at a multiple of align_units, and makes them a span whose
- * head descriptor is returned. */
-slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, bool resident) {
-  uint64_t m = resident ? r->free_units & r->dirty_units : r->free_units;
+/* Finds units free units in a row, starting at a multiple of align_units,
+ * and makes them a span whose head descriptor is returned. */
+slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units) {
+  uint64_t m = r->free_units;
   for (size_t i = 1; i < units && m; i++) m &= m >> 1;
   if (align_units > 1) {
     uint64_t starts = 0;
