@@ -78,8 +78,8 @@ hak_inline void free_inline(void *p) {
     if (likely(slab_owner(s) == (uintptr_t)heap)) {
       block_t *b = p;
       secure_on_free(s, b);
-      block_set_next(s, b, s->local_free);
-      s->local_free = b;
+      block_set_next(s, b, s->free);
+      s->free = b;
       if (unlikely(--s->used == 0)) heap_slab_empty(heap, s);
       return;
     }
@@ -223,7 +223,7 @@ HAK_API void *hak_pvalloc(size_t size) {
 HAK_API int hak_malloc_trim(size_t pad) {
   size_t n = 0;
   heap_t *heap = heap_get();
-  if (heap != &hak_heap_empty) n += heap_trim(heap);
+  if (heap != &hak_heap_empty) n += heap_trim(heap, true);
   n += heap_trim_abandoned();
   region_pool_purge_due(0, 0);
   n += huge_trim();

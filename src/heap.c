@@ -130,11 +130,24 @@ static void heap_span_release(heap_t *heap, slab_t *s) {
 
 /* ---- slabs of a heap ------------------------------------------------------ */
 
-static void slab_set_idle(heap_t *heap, slab_t *s, bool idle) {
-  s->idle = idle;
+/* An empty slab kept by the heap goes idle: the purger may return its pages
+ * after the delay. Its free list stays: taken back before that, the slab
+ * serves its hot blocks again without carving them afresh. */
+static void slab_set_idle(heap_t *heap, slab_t *s) {
+  s->idle = 1;
   hak_lock(&heap->lock);
-  region_slab_idle(region_of(s), s, idle);
+  region_slab_idle(region_of(s), s);
   hak_unlock(&heap->lock);
+}
+
+/* Takes an idle slab back from the purger; a purge meanwhile (its units are
+ * no longer dirty) has zeroed the list's links, so the slab starts afresh. */
+static void slab_wake(heap_t *heap, slab_t *s) {
+  s->idle = 0;
+  hak_lock(&heap->lock);
+  bool purged = region_slab_wake(region_of(s), s);
+  hak_unlock(&heap->lock);
+  if (purged) slab_reset(s);
 }
 
 /* How many fresh blocks the heap carves for cls now. A class carved again
@@ -161,20 +174,22 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
   return n;
 }
 
-/* Refills s, first taking back an idle slab's units from the purger. */
-static bool heap_slab_refill(heap_t *heap, slab_t *s) {
-  if (unlikely(s->idle)) slab_set_idle(heap, s, false);
-  if (slab_take_local(s)) return true;
+/* Whether s can serve an allocation, carving fresh blocks if its list is
+ * empty; an idle slab is first taken back from the purger. */
+static bool heap_slab_ready(heap_t *heap, slab_t *s) {
+  if (unlikely(s->idle)) slab_wake(heap, s);
+  if (s->free) return true;
   if (s->bump >= s->end) return false; /* before the carve clock ticks */
   slab_carve(s, heap_carve_count(heap, s->cls));
   return true;
 }
 
 /* A slab's last block came back. Keep the class's current slab and one spare;
- * give anything more back to the region. A kept slab is reset and idle (its
- * pages are purged if it stays unused), except a Tiny current slab: a program
- * that allocates and frees a batch at a time empties it over and over, and
- * the few such slabs (64 KiB each) are what stays resident. */
+ * give anything more back to the region. A kept slab goes idle (its pages
+ * are purged if it stays unused), except a Tiny current slab: a program that
+ * allocates and frees a batch at a time empties it over and over, and the
+ * few such slabs (64 KiB each) are what stays resident. An idle current slab
+ * leaves the fast path, whose next allocation of the class takes it back. */
 void heap_slab_empty(heap_t *heap, slab_t *s) {
   learn_active();
   if (s->kind == SLAB_LARGE) {
@@ -190,8 +205,8 @@ void heap_slab_empty(heap_t *heap, slab_t *s) {
   }
   if (!cur) q->spare = s;
   else if (s->units == 1) return;
-  slab_reset(s);
-  slab_set_idle(heap, s, true);
+  else heap->active[s->cls] = &hak_slab_empty;
+  slab_set_idle(heap, s);
 }
 
 /* Takes the stack of slabs that received remote frees and moves their blocks
@@ -217,8 +232,8 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
     atomic_fetch_and_explicit(&s->owner, ~(uintptr_t)SLAB_F_FULL, memory_order_relaxed);
     queue_push(heap, s);
   }
-  block_set_next(s, b, s->local_free);
-  s->local_free = b;
+  block_set_next(s, b, s->free);
+  s->free = b;
   if (--s->used == 0) heap_slab_empty(heap, s);
 }
 
@@ -241,20 +256,20 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
 /* A slab of class cls with a non-empty free list, or NULL when out of memory. */
 static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
-  if (s->free || heap_slab_refill(heap, s)) return s;
+  if (heap_slab_ready(heap, s)) return s;
   heap_collect_remote(heap);
-  if (s->free || heap_slab_refill(heap, s)) return s;
+  if (heap_slab_ready(heap, s)) return s;
   if (s != &hak_slab_empty) slab_set_full(s);
   slab_queue_t *q = &heap->queue[cls];
   while ((s = q->head) != NULL) {
     queue_remove(heap, s);
-    if (s->free || heap_slab_refill(heap, s)) break;
+    if (heap_slab_ready(heap, s)) break;
     slab_set_full(s);
   }
   if (s == NULL) s = heap_slab_new(heap, cls);
   heap->cur[cls] = s ? s : &hak_slab_empty;
   heap->active[cls] = &hak_slab_empty;
-  return s && (s->free || heap_slab_refill(heap, s)) ? s : NULL;
+  return s && heap_slab_ready(heap, s) ? s : NULL;
 }
 
 void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
@@ -310,9 +325,10 @@ heap_t *heap_init_thread(void) {
 }
 
 /* Gives back what the heap holds but does not use: remote frees, empty
- * slabs, empty regions, resident free units. Owner (or abandoned-list
- * holder) only. Returns bytes purged. */
-size_t heap_trim(heap_t *heap) {
+ * slabs, empty regions, and with purge resident free units at once (without,
+ * the purger returns them after its delay). Owner (or abandoned-list holder)
+ * only. Returns bytes purged. */
+size_t heap_trim(heap_t *heap, bool purge) {
   heap_collect_remote(heap);
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     slab_queue_t *q = &heap->queue[cls];
@@ -332,7 +348,7 @@ size_t heap_trim(heap_t *heap) {
   hak_lock(&heap->lock);
   for (region_t *r = heap->regions, *next; r; r = next) {
     next = r->next;
-    purged += region_purge(r);
+    if (purge) purged += region_purge(r);
     if (r->free_units == REGION_EMPTY) {
       region_unlink(heap, r);
       r->next = empty;
@@ -366,7 +382,10 @@ bool heaps_purge_due(uint64_t now, uint64_t delay) {
 
 void heap_abandon(heap_t *heap) {
   if (heap == &hak_heap_empty) return;
-  heap_trim(heap);
+  /* Purging here would make a thread's exit pay for madvise of all its free
+   * memory (mid_large_mt at 4 threads: 15 MB in a 64 ms run); a thread that
+   * comes next may adopt the heap and reuse it resident. */
+  heap_trim(heap, false);
   hak_lock(&hak_lock_heaps);
   heap->next_abandoned = abandoned;
   abandoned = heap;
@@ -376,7 +395,7 @@ void heap_abandon(heap_t *heap) {
 size_t heap_trim_abandoned(void) {
   size_t n = 0;
   hak_lock(&hak_lock_heaps);
-  for (heap_t *h = abandoned; h; h = h->next_abandoned) n += heap_trim(h);
+  for (heap_t *h = abandoned; h; h = h->next_abandoned) n += heap_trim(h, true);
   hak_unlock(&hak_lock_heaps);
   return n;
 }

@@ -91,8 +91,7 @@ typedef struct slab_s {
   uint8_t queued;                /* in the heap's class queue */
   uint8_t fresh;                 /* span memory is known to read as zeros */
   /* the owner's */
-  _Alignas(64) block_t *free;    /* the owner allocates from here */
-  block_t *local_free;           /* the owner frees into here */
+  _Alignas(64) block_t *free;    /* the owner allocates from and frees onto here */
   uint32_t used;                 /* blocks handed out and not yet freed locally */
   uint32_t idle;                 /* empty and reset: its units may be purged */
   char *bump;                    /* first never-used block (read by remote frees) */
@@ -147,7 +146,8 @@ void region_span_free(region_t *r, slab_t *s);
 bool region_span_grow(region_t *r, slab_t *s, size_t units);
 size_t region_purge(region_t *r);
 bool region_purge_due(region_t *r, uint64_t now, uint64_t delay);
-void region_slab_idle(region_t *r, slab_t *s, bool idle);
+void region_slab_idle(region_t *r, slab_t *s);
+bool region_slab_wake(region_t *r, slab_t *s);
 bool region_pool_purge_due(uint64_t now, uint64_t delay);
 size_t region_pool_unmap(void);
 /* Out of address space: unmaps every cache (region pool, BigCache) so that a
@@ -232,7 +232,6 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
 #define CARVE_HOT_BYTES 16384
 #define CARVE_MIN_HOT 32
 #define CARVE_MAX_BLOCKS (CARVE_HOT_BYTES / 8)
-bool slab_take_local(slab_t *s);
 void slab_carve(slab_t *s, size_t n);
 void slab_reset(slab_t *s);
 void slab_free_remote(slab_t *s, block_t *b);
@@ -246,7 +245,7 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
 void heap_slab_empty(heap_t *heap, slab_t *s);
 void heap_collect_remote(heap_t *heap);
 slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units);
-size_t heap_trim(heap_t *heap);
+size_t heap_trim(heap_t *heap, bool purge);
 void heap_abandon(heap_t *heap);
 size_t heap_trim_abandoned(void);
 bool heap_span_grow(heap_t *heap, slab_t *s, size_t units);

