@@ -186,10 +186,11 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
 
 /* A slab's last block came back. Keep the class's current slab and one spare;
  * give anything more back to the region. A kept slab goes idle (its pages
- * are purged if it stays unused), except a Tiny current slab: a program that
- * allocates and frees a batch at a time empties it over and over, and the
- * few such slabs (64 KiB each) are what stays resident. An idle current slab
- * leaves the fast path, whose next allocation of the class takes it back. */
+ * are purged if it stays unused), except a current slab that has carved at
+ * most 64 KiB: a program that allocates and frees a batch at a time empties
+ * it over and over, and 64 KiB per class is what stays resident. An idle
+ * current slab leaves the fast path, whose next allocation of the class
+ * takes it back. */
 void heap_slab_empty(heap_t *heap, slab_t *s) {
   learn_active();
   if (s->kind == SLAB_LARGE) {
@@ -204,7 +205,7 @@ void heap_slab_empty(heap_t *heap, slab_t *s) {
     return;
   }
   if (!cur) q->spare = s;
-  else if (s->units == 1) return;
+  else if (s->bump - slab_start(s) <= (ptrdiff_t)UNIT_SIZE) return;
   else heap->active[s->cls] = &hak_slab_empty;
   slab_set_idle(heap, s);
 }
