@@ -43,11 +43,11 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
 
 hak_inline void *alloc_inline(size_t size) {
   heap_t *heap = heap_get();
-  void *p = NULL;
+  slab_t *s = &hak_slab_empty;
   size = secure_min_size(size);
-  if (likely(size <= TINY_MAX)) p = alloc_small(heap, hak_tiny_class[(size + 7) >> 3]);
-  else if (size <= SMALL_MAX) p = alloc_small(heap, hak_mid_class[(size + 127) >> 7]);
-  if (likely(p != NULL)) return p;
+  if (likely(size <= TINY_MAX)) s = heap->direct[(size + 7) >> 3];
+  else if (size <= SMALL_MAX) s = heap->active[hak_mid_class[(size + 127) >> 7]];
+  if (likely(s->free != NULL)) return slab_pop(s);
   return alloc_slow(size, heap, 0, false);
 }
 

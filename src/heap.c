@@ -18,7 +18,7 @@
 
 slab_t hak_slab_empty;
 #define EMPTY_VIEWS {[0 ... NUM_CLASSES - 1] = &hak_slab_empty}
-heap_t hak_heap_empty = {.active = EMPTY_VIEWS, .cur = EMPTY_VIEWS};
+heap_t hak_heap_empty = {.direct = {[0 ... TINY_MAX / 8] = &hak_slab_empty}, .active = EMPTY_VIEWS, .cur = EMPTY_VIEWS};
 __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
 
 hak_lock_t hak_lock_heaps;
@@ -48,6 +48,16 @@ static void queue_remove(heap_t *heap, slab_t *s) {
   if (q->spare == s) q->spare = NULL;
   s->next = s->prev = NULL;
   s->queued = 0;
+}
+
+/* Points the fast paths of class cls at s (a slab, or hak_slab_empty): its
+ * entry in active[] and, for a Tiny class, the direct[] entries of its sizes
+ * (malloc then needs no class lookup). */
+static void heap_set_active(heap_t *heap, unsigned cls, slab_t *s) {
+  heap->active[cls] = s;
+  if (hak_class_size[cls] > TINY_MAX) return;
+  size_t first = cls ? (hak_class_size[cls - 1] + 8) >> 3 : 0;
+  for (size_t i = first; i <= (hak_class_size[cls] + 7) >> 3; i++) heap->direct[i] = s;
 }
 
 static void slab_set_full(slab_t *s) {
@@ -206,7 +216,7 @@ void heap_slab_empty(heap_t *heap, slab_t *s) {
   }
   if (!cur) q->spare = s;
   else if (s->bump - slab_start(s) <= (ptrdiff_t)UNIT_SIZE) return;
-  else heap->active[s->cls] = &hak_slab_empty;
+  else heap_set_active(heap, s->cls, &hak_slab_empty);
   slab_set_idle(heap, s);
 }
 
@@ -269,7 +279,7 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   }
   if (s == NULL) s = heap_slab_new(heap, cls);
   heap->cur[cls] = s ? s : &hak_slab_empty;
-  heap->active[cls] = &hak_slab_empty;
+  heap_set_active(heap, cls, &hak_slab_empty);
   return s && heap_slab_ready(heap, s) ? s : NULL;
 }
 
@@ -277,7 +287,7 @@ void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
   slab_t *s = heap_find_slab(heap, cls);
   if (s == NULL) return NULL;
   block_t *b = slab_pop(s);
-  if (likely(!hak_stats_enabled)) heap->active[cls] = s;
+  if (likely(!hak_stats_enabled)) heap_set_active(heap, cls, s);
   stat_alloc(cls, s->bsize);
   return b;
 }
@@ -340,7 +350,8 @@ size_t heap_trim(heap_t *heap, bool purge) {
     }
     slab_t *cur = heap->cur[cls];
     if (cur != &hak_slab_empty && cur->used == 0) {
-      heap->cur[cls] = heap->active[cls] = &hak_slab_empty;
+      heap->cur[cls] = &hak_slab_empty;
+      heap_set_active(heap, cls, &hak_slab_empty);
       heap_span_release(heap, cur);
     }
   }

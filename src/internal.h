@@ -198,6 +198,7 @@ typedef struct slab_queue_s {
 } slab_queue_t;
 
 struct heap_s {
+  slab_t *direct[TINY_MAX / 8 + 1]; /* malloc's view by (size + 7) / 8: active[] of the size's class */
   slab_t *active[NUM_CLASSES];     /* fast path view: a slab, or slab_empty */
   slab_t *cur[NUM_CLASSES];        /* the slab each class allocates from */
   _Atomic(slab_t *) remote_slabs;  /* slabs that received remote frees */
