@@ -334,12 +334,18 @@ static bool epoch_over(uint64_t now, uint64_t half) {
          (quiet(now) || n << half >= EPOCH_MIN_ALLOCS || ms << half >= epoch * EPOCH_MAX);
 }
 
-/* The running strategy's cost so far this epoch: memory held per second,
- * time in the OS per second or, when the program allocates Large and Huge
- * blocks faster than PACE_MIB_S, per PACE_MIB_S of them: a strategy that
- * makes every allocation fault must not look cheap because it slowed the
- * program down (per second, the memory strategy cost less than the default
- * in the large benchmark, at a thirtieth of its speed). */
+/* The running strategy's cost so far this epoch: time in the OS and memory
+ * held, per second or, when the program allocates Large and Huge blocks
+ * faster than PACE_MIB_S, per PACE_MIB_S of them: a strategy that makes
+ * every allocation fault must not look cheap because it slowed the program
+ * down (per second, the memory strategy cost less than the default in the
+ * large benchmark, at a thirtieth of its speed). Memory held takes that
+ * measure as far as time counts (the weight W): with memory per second and
+ * time in the OS per PACE_MIB_S, a caching strategy in a fast burst paid its
+ * cache in full and its faults at a fraction, and the lean one won bursts it
+ * ran at a tenth of the speed (phases, burst: 728-1,168 blocks and 852-928
+ * ms in the OS a second against the default's 10,464-12,296 and 540-571);
+ * at W = 0 only memory counts, however slowly the program runs. */
 #define PACE_MIB_S 256.0
 static double weight(void) {
   double w = (double)hak_option(OPT_LEARN_WEIGHT) / 100;
@@ -359,8 +365,9 @@ static double epoch_cost(uint64_t now, double *os_part) {
   double w = weight(), held = held_price(L.held_mib_ms);
   *os_part = 0;
   if (w * os_ms + held < NEGLIGIBLE_COST * secs) return 0;
-  *os_part = w * os_ms / (work > secs ? work : secs);
-  return *os_part + held / secs;
+  double per = work > secs ? work : secs;
+  *os_part = w * os_ms / per;
+  return *os_part + held / (secs + w * (per - secs));
 }
 
 /* An exploring epoch past its warm-up ends as soon as it has clearly lost
