@@ -267,8 +267,10 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
 /* A slab of class cls with a non-empty free list, or NULL when out of memory. */
 static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
-  if (heap_slab_ready(heap, s)) return s;
-  heap_collect_remote(heap);
+  /* Blocks other threads freed go out again before fresh ones are carved:
+   * a producer whose consumers free its blocks carved its whole slab first
+   * (cross_thread, 1 pair: peak RSS 2.6 -> 3.1 MiB with 256 KiB slabs). */
+  if (!s->free && atomic_load_explicit(&heap->remote_slabs, memory_order_relaxed)) heap_collect_remote(heap);
   if (heap_slab_ready(heap, s)) return s;
   if (s != &hak_slab_empty) slab_set_full(s);
   slab_queue_t *q = &heap->queue[cls];
