@@ -223,7 +223,7 @@ HAK_API void *hak_pvalloc(size_t size) {
 HAK_API int hak_malloc_trim(size_t pad) {
   size_t n = 0;
   heap_t *heap = heap_get();
-  if (heap != &hak_heap_empty) n += heap_trim(heap, true);
+  if (heap != &hak_heap_empty) n += heap_trim(heap);
   n += heap_trim_abandoned();
   region_pool_purge_due(0, 0);
   n += huge_trim();

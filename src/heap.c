@@ -338,10 +338,9 @@ heap_t *heap_init_thread(void) {
 }
 
 /* Gives back what the heap holds but does not use: remote frees, empty
- * slabs, empty regions, and with purge resident free units at once (without,
- * the purger returns them after its delay). Owner (or abandoned-list holder)
- * only. Returns bytes purged. */
-size_t heap_trim(heap_t *heap, bool purge) {
+ * slabs, empty regions, resident free units. Owner (or abandoned-list
+ * holder) only. Returns bytes purged. */
+size_t heap_trim(heap_t *heap) {
   heap_collect_remote(heap);
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     slab_queue_t *q = &heap->queue[cls];
@@ -362,7 +361,7 @@ size_t heap_trim(heap_t *heap, bool purge) {
   hak_lock(&heap->lock);
   for (region_t *r = heap->regions, *next; r; r = next) {
     next = r->next;
-    if (purge) purged += region_purge(r);
+    purged += region_purge(r);
     if (r->free_units == REGION_EMPTY) {
       region_unlink(heap, r);
       r->next = empty;
@@ -396,10 +395,7 @@ bool heaps_purge_due(uint64_t now, uint64_t delay) {
 
 void heap_abandon(heap_t *heap) {
   if (heap == &hak_heap_empty) return;
-  /* Purging here would make a thread's exit pay for madvise of all its free
-   * memory (mid_large_mt at 4 threads: 15 MB in a 64 ms run); a thread that
-   * comes next may adopt the heap and reuse it resident. */
-  heap_trim(heap, false);
+  heap_trim(heap);
   hak_lock(&hak_lock_heaps);
   heap->next_abandoned = abandoned;
   abandoned = heap;
@@ -409,7 +405,7 @@ void heap_abandon(heap_t *heap) {
 size_t heap_trim_abandoned(void) {
   size_t n = 0;
   hak_lock(&hak_lock_heaps);
-  for (heap_t *h = abandoned; h; h = h->next_abandoned) n += heap_trim(h, true);
+  for (heap_t *h = abandoned; h; h = h->next_abandoned) n += heap_trim(h);
   hak_unlock(&hak_lock_heaps);
   return n;
 }

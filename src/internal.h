@@ -246,7 +246,7 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
 void heap_slab_empty(heap_t *heap, slab_t *s);
 void heap_collect_remote(heap_t *heap);
 slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units);
-size_t heap_trim(heap_t *heap, bool purge);
+size_t heap_trim(heap_t *heap);
 void heap_abandon(heap_t *heap);
 size_t heap_trim_abandoned(void);
 bool heap_span_grow(heap_t *heap, slab_t *s, size_t units);
