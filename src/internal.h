@@ -93,7 +93,7 @@ typedef struct slab_s {
   /* the owner's */
   _Alignas(64) block_t *free;    /* the owner allocates from and frees onto here */
   uint32_t used;                 /* blocks handed out and not yet freed locally */
-  uint32_t idle;                 /* empty and reset: its units may be purged */
+  uint32_t idle;                 /* empty, list kept: its units may be purged */
   char *bump;                    /* first never-used block (read by remote frees) */
   /* other threads' */
   _Alignas(64) _Atomic(block_t *) remote; /* other threads push here */

@@ -47,8 +47,8 @@ static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
   return head;
 }
 
-/* An empty slab forgets its lists: every block is fresh again, so nothing in
- * its memory matters and the purger may return its pages. */
+/* An empty slab whose pages the purger returned forgets its list (the links
+ * now read as zeros): every block is fresh again. */
 void slab_reset(slab_t *s) {
   s->free = NULL;
   __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
