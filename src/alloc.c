@@ -28,7 +28,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   } else if (size <= LARGE_MAX && align <= REGION_SIZE / 2) {
     p = large_alloc(heap, size, align, zero);
   }
-  if (p == NULL && (size > SMALL_MAX || align > MIN_ALIGN)) p = huge_alloc(size, align, zero);
+  if (p == NULL && (size > SMALL_MAX || align > MIN_ALIGN)) p = huge_alloc(size, align, zero, false);
   if (p == NULL) errno = ENOMEM;
   return p;
 }
@@ -135,13 +135,15 @@ HAK_API void *hak_calloc(size_t count, size_t size) {
   return alloc_slow(total, heap, 0, true);
 }
 
-HAK_API size_t hak_malloc_usable_size(const void *p) {
-  uint8_t kind = region_map_kind(p);
+/* The usable size of p, whose map entry is kind; 0 when p is not a block. */
+hak_inline size_t usable_size(const void *p, uint8_t kind) {
   if (kind >= MAP_HUGE) return huge_usable_size(p);
   if (kind != MAP_REGION) return 0;
   slab_t *s = slab_of(p);
   return slab_is_block(s, p) ? s->bsize : 0;
 }
+
+HAK_API size_t hak_malloc_usable_size(const void *p) { return usable_size(p, region_map_kind(p)); }
 
 HAK_API void *hak_realloc(void *p, size_t size) {
   if (p == NULL) return alloc_inline(size);
@@ -149,23 +151,32 @@ HAK_API void *hak_realloc(void *p, size_t size) {
     free_inline(p);
     return NULL;
   }
-  size_t old = hak_malloc_usable_size(p);
+  uint8_t kind = region_map_kind(p);
+  size_t old = usable_size(p, kind);
   if (old == 0) {
     hak_report_bad_pointer("realloc", p);
     errno = EINVAL;
     return NULL;
   }
-  uint8_t kind = region_map_kind(p);
   if (size <= old && (size > old / 2 || old <= 64)) return p;
+  heap_t *heap = heap_get();
   if (kind == MAP_REGION && size > SMALL_MAX && size <= LARGE_MAX * 2) {
     slab_t *s = slab_of(p);
-    if (s->kind == SLAB_LARGE && large_resize_in_place(heap_get(), s, size)) return p;
-  } else if (kind == MAP_HUGE && size > LARGE_MAX) {
+    if (s->kind == SLAB_LARGE && large_resize_in_place(heap, s, size)) return p;
+  } else if (kind == MAP_HUGE && size >= REALLOC_HUGE_MIN) {
     void *q = huge_realloc(p, size);
     if (q) return q;
   }
-  void *q = alloc_inline(size);
-  if (q == NULL) return NULL;
+  /* A block that grows to REALLOC_HUGE_MIN and cannot grow in place becomes
+   * a Huge mapping: later growth is in place or by mremap, which moves its
+   * pages instead of copying them and leaves no freed copy resident
+   * (realloc bench: peak RSS 21.5 -> 14.9 MiB; memcpy 115 M -> 22 M
+   * instructions over 4 rounds).
+   * Smaller, it moves to a span with free units after it. */
+  void *q = NULL;
+  if (size > old && size >= REALLOC_HUGE_MIN) q = huge_alloc(size, MIN_ALIGN, false, true);
+  else if (size > old && size > SMALL_MAX && heap != &hak_heap_empty) q = large_alloc_growing(heap, size);
+  if (q == NULL && (q = alloc_inline(size)) == NULL) return NULL;
   memcpy(q, p, old < size ? old : size);
   free_inline(p);
   return q;

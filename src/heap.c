@@ -93,12 +93,12 @@ static void region_link_back(heap_t *heap, region_t *r) {
 }
 
 /* A span from the heap's regions: those with free units come first, so the
- * scan stops at the first full one. */
-slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units) {
+ * scan stops at the first full one. Room: see region_span_alloc. */
+slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units, size_t room) {
   slab_t *s = NULL;
   hak_lock(&heap->lock);
   for (region_t *r = heap->regions; r && r->free_units; r = r->next) {
-    s = region_span_alloc(r, units, align_units);
+    s = region_span_alloc(r, units, align_units, room);
     if (s == NULL) continue;
     if (r->free_units == 0 && r->next) {
       region_unlink(heap, r);
@@ -110,7 +110,7 @@ slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units) {
     region_t *r = region_alloc(heap);
     if (r) {
       region_link_front(heap, r);
-      s = region_span_alloc(r, units, align_units);
+      s = region_span_alloc(r, units, align_units, room);
     }
   }
   hak_unlock(&heap->lock);
@@ -259,7 +259,7 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   learn_active();
   learn_tick(0);
   size_t units = hak_class_units[cls];
-  slab_t *s = heap_span_alloc(heap, units, 1);
+  slab_t *s = heap_span_alloc(heap, units, 1, 0);
   if (s) slab_init(s, heap, cls, units);
   return s;
 }

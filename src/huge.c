@@ -114,8 +114,10 @@ static void cache_put_tail(const cache_entry_t *e, size_t off) {
  * that fits at a region boundary is used as it is; otherwise the runs'
  * pages are moved with mremap (no copy, no page fault) into a fresh aligned
  * mapping, whose rest faults in as usual. Leftover tails go back to the
- * cache. Returns NULL when the cache is empty. */
-static char *cache_assemble(size_t need, size_t *sizep, size_t *residentp) {
+ * cache. A block that realloc grows keeps a run's resident pages whole: it
+ * will write them (realloc bench: 16.0 k page faults -> 4.7 k). Returns
+ * NULL when the cache is empty. */
+static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *residentp) {
   cache_entry_t e;
   if (!cache_take(need, &e)) return NULL;
   if (fits_in_place(&e, need)) {
@@ -128,7 +130,7 @@ static char *cache_assemble(size_t need, size_t *sizep, size_t *residentp) {
     else cache_put_tail(&e, keep);
     size_t page = os_page_size(), resident = e.resident < keep ? e.resident : keep;
     size_t slack = (need / 100 * (size_t)learn_knob(KNOB_HUGE_SLACK_PCT) + page - 1) & ~(page - 1);
-    if (resident > need + slack) {
+    if (resident > need + slack && !growing) {
       os_purge(e.base + need + slack, resident - need - slack);
       resident = need + slack;
     }
@@ -207,7 +209,7 @@ static void cache_put(char *base, size_t size, size_t resident) {
   for (size_t i = 0; i < n; i++) os_unmap(out[i].base, out[i].size);
 }
 
-void *huge_alloc(size_t size, size_t align, bool zero) {
+void *huge_alloc(size_t size, size_t align, bool zero, bool growing) {
   size_t page = os_page_size();
   if (size == 0) size = 1; /* the block must lie inside its mapping */
   if (align < page) align = page;
@@ -218,7 +220,7 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   if (align >= REGION_SIZE) kind = (uint8_t)(MAP_HUGE + __builtin_ctzl(align) - REGION_SHIFT + 1);
   learn_tick(size);
   size_t map_size = need, resident = 0;
-  char *base = kind == MAP_HUGE ? cache_assemble(need, &map_size, &resident) : NULL;
+  char *base = kind == MAP_HUGE ? cache_assemble(need, growing, &map_size, &resident) : NULL;
   bool cached = base != NULL;
   if (cached) {
     stat_inc(huge_cache_hits);
@@ -289,25 +291,32 @@ void *huge_realloc(void *p, size_t size) {
   size_t need = (offset + size + page - 1) & ~(page - 1);
   if (need < size) return NULL;
   size_t old = h->map_size, old_usable = h->usable, old_resident = h->resident;
-  if (need > old || need < old / 2) {
+  /* Only a shrink gives the tail back: a block taken from the BigCache can be
+   * far smaller than its mapping, and growing it must keep the room. */
+  if (need > old || (need < old / 2 && size < old_usable)) {
+    /* Growth reserves twice what it needs, as a new mapping does: a block
+     * grown a page at a time then takes a system call per doubling, not
+     * per page (realloc bench: 1,258 mremap calls -> 6). */
+    size_t want = need > old && need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
     if (need < old) { /* shrink: unmap the tail */
       os_unmap((char *)h + need, old - need);
-    } else if (os_remap(h, old, need, NULL) == NULL) {
-      char *to = os_map_aligned(need, REGION_SIZE);
+    } else if (os_remap(h, old, want, NULL) == NULL && os_remap(h, old, want = need, NULL) == NULL) {
+      char *to = os_map_aligned(want = need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need,
+                                REGION_SIZE);
       if (to == NULL) return NULL;
       /* Unmark first: once moved, the old range may be mapped (and marked)
        * by another thread at once. */
       region_map_set(p, MAP_NONE);
-      if (os_remap(h, old, need, to) == NULL) {
+      if (os_remap(h, old, want, to) == NULL) {
         region_map_set(p, MAP_HUGE);
-        os_unmap(to, need);
+        os_unmap(to, want);
         return NULL;
       }
       h = (huge_header_t *)to;
       h->block = to + offset;
       region_map_set(h->block, MAP_HUGE);
     }
-    h->map_size = need;
+    h->map_size = need < old ? need : want;
   }
   h->usable = need - offset;
   size_t resident = old_resident > need ? old_resident : need;

@@ -49,6 +49,7 @@ void hak_assert_fail(const char *expr, const char *file, int line) __attribute__
 #define SMALL_MAX 32768       /* Tiny (<= 1 KiB) and Mid (<= 32 KiB) classes */
 #define TINY_MAX 1024
 #define LARGE_MAX (REGION_SIZE / 2) /* spans of units; above this, Huge mappings */
+#define REALLOC_HUGE_MIN ((size_t)256 * 1024) /* realloc growth from here on: Huge mappings */
 #define NUM_CLASSES 41
 #define MIN_ALIGN 16 /* what malloc guarantees for blocks of 16 bytes and more */
 
@@ -141,7 +142,7 @@ hak_inline char *slab_start(const slab_t *s) {
 
 region_t *region_alloc(heap_t *heap);
 void region_release(region_t *r);
-slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units);
+slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room);
 void region_span_free(region_t *r, slab_t *s);
 bool region_span_grow(region_t *r, slab_t *s, size_t units);
 size_t region_purge(region_t *r);
@@ -224,6 +225,18 @@ hak_inline heap_t *slab_heap(const slab_t *s) {
   return (heap_t *)(slab_owner(s) & ~(uintptr_t)SLAB_F_MASK);
 }
 
+/* Whether p is the start of a block this slab has handed out. */
+hak_inline bool slab_is_block(const slab_t *s, const void *p) {
+  if (s->kind == SLAB_NONE || slab_owner(s) == 0) return false;
+  char *start = slab_start(s);
+  if ((const char *)p < start) return false;
+  size_t off = (size_t)((const char *)p - start);
+  if (s->kind == SLAB_LARGE) return off == 0;
+  /* off < 512 KiB and bsize < 64 KiB keep the reciprocal exact */
+  uint64_t index = (off * s->recip) >> 48;
+  return index * s->bsize == off && (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
+}
+
 /* slab.c */
 void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
 /* Fresh blocks per carve, learned per heap and class (heap.c): a cold class
@@ -237,7 +250,6 @@ void slab_carve(slab_t *s, size_t n);
 void slab_reset(slab_t *s);
 void slab_free_remote(slab_t *s, block_t *b);
 size_t slab_collect_remote(slab_t *s);
-bool slab_is_block(const slab_t *s, const void *p);
 
 /* heap.c */
 heap_t *heap_init_thread(void);
@@ -245,7 +257,7 @@ void *heap_alloc_small_slow(heap_t *heap, unsigned cls);
 void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
 void heap_slab_empty(heap_t *heap, slab_t *s);
 void heap_collect_remote(heap_t *heap);
-slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units);
+slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units, size_t room);
 size_t heap_trim(heap_t *heap);
 void heap_abandon(heap_t *heap);
 size_t heap_trim_abandoned(void);
@@ -256,11 +268,12 @@ void heap_fork_child(void);
 
 /* large.c */
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
+void *large_alloc_growing(heap_t *heap, size_t size);
 void large_free(heap_t *heap, slab_t *s);
 bool large_resize_in_place(heap_t *heap, slab_t *s, size_t size);
 
 /* huge.c */
-void *huge_alloc(size_t size, size_t align, bool zero);
+void *huge_alloc(size_t size, size_t align, bool zero, bool growing);
 void huge_free(void *p);
 size_t huge_usable_size(const void *p);
 void *huge_realloc(void *p, size_t size);

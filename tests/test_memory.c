@@ -28,8 +28,12 @@
  *            and once the purger has returned its pages (HAKMEM_PURGE_DELAY_MS
  *            =20, set by CTest) the slab starts afresh: the next 64 blocks
  *            lie in that one slab again, each written and read back whole.
+ *   grow     8 blocks grown in turn by 4 KiB from 40 KiB to 1.5 MiB (12 MiB
+ *            live): every byte kept, a usable size within a quarter of the
+ *            request, and resident memory grown by at most 1.3x the live
+ *            bytes (the copies that moves leave behind are not kept).
  *
- * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse [seconds]
+ * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow [seconds]
  */
 #include "testutil.h"
 
@@ -330,6 +334,37 @@ static void test_reuse(void)
          "purged: OK\n", sizeof sizes / sizeof *sizes);
 }
 
+static void test_grow(void)
+{
+  enum { NB = 8, STEP = 4096, FROM = 40 * 1024, TO = 1536 * 1024 };
+  unsigned char *b[NB];
+  size_t rss0 = tu_rss();
+  for (int k = 0; k < NB; k++) {
+    CHECK((b[k] = A(malloc)(FROM)) != NULL);
+    tu_fill(b[k], 0, FROM, 77 + (uint64_t)k);
+  }
+  for (size_t size = FROM; size < TO; size += STEP)
+    for (int k = 0; k < NB; k++) {
+      size_t want = size + STEP;
+      unsigned char *nb = tu_launder(A(realloc)(b[k], want));
+      CHECKF(nb != NULL, "realloc(%zu)", want);
+      size_t usable = A(malloc_usable_size)(nb);
+      CHECKF(usable >= want && usable <= want + want / 4 + STEP, "usable size %zu after realloc(%zu)", usable, want);
+      tu_fill(nb, size, want, 77 + (uint64_t)k);
+      b[k] = nb;
+    }
+  double grown = (double)(tu_rss() - rss0) / MiB, live = (double)NB * TO / MiB;
+  for (int k = 0; k < NB; k++) {
+    size_t bad = tu_verify(b[k], 0, TO, 77 + (uint64_t)k);
+    CHECKF(bad == (size_t)-1, "block %d grown to %d KiB: byte %zu lost", k, TO >> 10, bad);
+    A(free)(b[k]);
+  }
+  CHECKF(grown <= 1.3 * live, "%d blocks grown to %d KiB: resident memory grew %.1f MiB for %.1f MiB live", NB,
+         TO >> 10, grown, live);
+  printf("test_memory grow: %d blocks grown 4 KiB at a time to %d KiB, content kept; resident memory grew %.1f MiB "
+         "for %.1f MiB live: OK\n", NB, TO >> 10, grown, live);
+}
+
 int main(int argc, char **argv)
 {
   const char *what = argc > 1 ? argv[1] : "";
@@ -340,8 +375,9 @@ int main(int argc, char **argv)
   else if (!strcmp(what, "bigcache")) test_bigcache();
   else if (!strcmp(what, "xthread")) test_xthread(argc > 2 ? atof(argv[2]) : 60);
   else if (!strcmp(what, "reuse")) test_reuse();
+  else if (!strcmp(what, "grow")) test_grow();
   else {
-    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse [seconds]\n");
+    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow [seconds]\n");
     return 2;
   }
   return 0;
