@@ -21,6 +21,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
     errno = ENOMEM;
     return NULL;
   }
+  heap_slow_tick(heap);
   void *p = NULL;
   if (size <= SMALL_MAX && align <= MIN_ALIGN) {
     p = heap_alloc_small_slow(heap, size_class(secure_min_size(size)));
@@ -234,7 +235,7 @@ HAK_API void *hak_pvalloc(size_t size) {
 HAK_API int hak_malloc_trim(size_t pad) {
   size_t n = 0;
   heap_t *heap = heap_get();
-  if (heap != &hak_heap_empty) n += heap_trim(heap);
+  if (heap != &hak_heap_empty) n += heap_purge_sparse(heap) + heap_trim(heap);
   n += heap_trim_abandoned();
   region_pool_purge_due(0, 0);
   n += huge_trim();

@@ -189,6 +189,10 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
 static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   if (unlikely(s->idle)) slab_wake(heap, s);
   if (s->free) return true;
+  if (slab_has_purged(s)) { /* before any carve: carved blocks must not touch purged pages */
+    slab_unpurge(s);
+    return true;
+  }
   if (s->bump >= s->end) return false; /* before the carve clock ticks */
   slab_carve(s, heap_carve_count(heap, s->cls));
   return true;
@@ -218,6 +222,33 @@ void heap_slab_empty(heap_t *heap, slab_t *s) {
   else if (s->bump - slab_start(s) <= (ptrdiff_t)UNIT_SIZE) return;
   else heap_set_active(heap, s->cls, &hak_slab_empty);
   slab_set_idle(heap, s);
+}
+
+/* Purges the free pages of the heap's sparse slabs: queued ones (not a
+ * class's current slab, not idle) with at most a quarter of their carved
+ * blocks in use. Owner only: the free lists are its own. */
+size_t heap_purge_sparse(heap_t *heap) {
+  size_t purged = 0;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
+    for (slab_t *s = heap->queue[cls].head; s; s = s->next) {
+      size_t carved = (size_t)(s->bump - slab_start(s)) / s->bsize;
+      if (!s->idle && s->free && (size_t)s->used * 4 <= carved) purged += slab_purge_free_pages(s);
+    }
+  return purged;
+}
+
+/* Every SPARSE_CALLS slow paths, the owner looks at the clock; once per
+ * purge delay (at least SPARSE_MIN_MS) it purges its sparse slabs, which
+ * nobody else may do. */
+#define SPARSE_CALLS 64
+#define SPARSE_MIN_MS 50
+void heap_slow_tick(heap_t *heap) {
+  if (++heap->slow_calls % SPARSE_CALLS) return;
+  long delay = learn_knob(KNOB_PURGE_DELAY_MS);
+  uint64_t now = os_now_ms();
+  if (delay < 0 || now - heap->sparse_at_ms < (uint64_t)(delay > SPARSE_MIN_MS ? delay : SPARSE_MIN_MS)) return;
+  heap->sparse_at_ms = now;
+  heap_purge_sparse(heap);
 }
 
 /* Takes the stack of slabs that received remote frees and moves their blocks

@@ -76,6 +76,8 @@ enum slab_kind { SLAB_NONE = 0, SLAB_SMALL, SLAB_LARGE };
  * thread reads, the owner's hot lists, and the remote list other threads
  * push onto, so that producer and consumer threads do not fight over one
  * line. */
+#define SLAB_MAX_PAGES 128 /* pages of 4 KiB in a slab of 8 units */
+
 typedef struct slab_s {
   /* read-mostly */
   _Atomic uintptr_t owner;       /* heap address | SLAB_F_* */
@@ -96,6 +98,8 @@ typedef struct slab_s {
   uint32_t used;                 /* blocks handed out and not yet freed locally */
   uint32_t idle;                 /* empty, list kept: its units may be purged */
   char *bump;                    /* first never-used block (read by remote frees) */
+  uint64_t purged[SLAB_MAX_PAGES / 64]; /* pages returned while the slab was sparse: their
+                                            blocks are free but off the list */
   /* other threads' */
   _Alignas(64) _Atomic(block_t *) remote; /* other threads push here */
   struct slab_s *remote_next;    /* heap's stack of slabs with remote frees */
@@ -211,6 +215,8 @@ struct heap_s {
   uint32_t carves;                /* clock: fresh carves by this heap */
   uint32_t carve_at[NUM_CLASSES]; /* the clock at each class's last carve */
   uint16_t carve_n[NUM_CLASSES];  /* blocks of the class's next carve; 0: not yet */
+  uint32_t slow_calls;            /* slow paths taken: the sparse-slab clock */
+  uint64_t sparse_at_ms;          /* when the sparse slabs were last purged */
 } __attribute__((aligned(64)));
 
 extern slab_t hak_slab_empty;
@@ -248,6 +254,9 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
 #define CARVE_MAX_BLOCKS (CARVE_HOT_BYTES / 8)
 void slab_carve(slab_t *s, size_t n);
 void slab_reset(slab_t *s);
+size_t slab_purge_free_pages(slab_t *s);
+void slab_unpurge(slab_t *s);
+hak_inline bool slab_has_purged(const slab_t *s) { return (s->purged[0] | s->purged[1]) != 0; }
 void slab_free_remote(slab_t *s, block_t *b);
 size_t slab_collect_remote(slab_t *s);
 
@@ -263,6 +272,8 @@ void heap_abandon(heap_t *heap);
 size_t heap_trim_abandoned(void);
 bool heap_span_grow(heap_t *heap, slab_t *s, size_t units);
 bool heaps_purge_due(uint64_t now, uint64_t delay);
+size_t heap_purge_sparse(heap_t *heap);
+void heap_slow_tick(heap_t *heap);
 void heap_process_init(void);
 void heap_fork_child(void);
 

@@ -11,6 +11,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   s->free = NULL;
   atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
   s->used = 0;
+  s->purged[0] = s->purged[1] = 0;
   s->idle = 0;
   s->bsize = (uint32_t)bsize;
   s->recip = (((uint64_t)1 << 48) + bsize - 1) / bsize;
@@ -51,6 +52,7 @@ static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
  * now read as zeros): every block is fresh again. */
 void slab_reset(slab_t *s) {
   s->free = NULL;
+  s->purged[0] = s->purged[1] = 0;
   __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
 }
 
@@ -71,6 +73,83 @@ void slab_carve(slab_t *s, size_t n) {
   }
   __atomic_store_n(&s->bump, last + bsize, __ATOMIC_RELAXED);
   stat_refill(s->cls);
+}
+
+/* ---- pages of a sparse slab --------------------------------------------- */
+
+static bool pages_hit(const uint64_t *mask, size_t first, size_t last) {
+  for (size_t p = first; p <= last; p++)
+    if (mask[p / 64] >> (p % 64) & 1) return true;
+  return false;
+}
+
+/* Returns to the OS the pages of s whose carved blocks are all on its free
+ * list (one live block keeps its page), and takes the blocks that touch them
+ * off the list, since their links go with the pages; slab_unpurge() puts
+ * them back when the list runs dry. A program that freed most of what it
+ * allocated but keeps a scattered few blocks gets the rest of those pages
+ * back. Owner only; not in the secure build, whose free blocks carry the tag
+ * that catches a double free. Returns the bytes purged. */
+size_t slab_purge_free_pages(slab_t *s) {
+  size_t page = os_page_size(), bsize = s->bsize;
+  char *start = slab_start(s);
+  size_t carved = (size_t)(s->bump - start) / bsize, npages = (carved * bsize + page - 1) / page;
+  if (HAKMEM_SECURE || s->free == NULL || npages > SLAB_MAX_PAGES) return 0;
+  uint16_t nfree[SLAB_MAX_PAGES] = {0};
+  for (block_t *b = s->free; b; b = block_next(s, b)) {
+    size_t off = (size_t)((char *)b - start);
+    for (size_t p = off / page; p <= (off + bsize - 1) / page; p++) nfree[p]++;
+  }
+  uint64_t mask[SLAB_MAX_PAGES / 64] = {0};
+  bool any = false;
+  for (size_t p = 0; p < npages; p++) {
+    size_t first = p * page / bsize, last = ((p + 1) * page - 1) / bsize;
+    if (last >= carved) last = carved - 1;
+    if (nfree[p] == last - first + 1) mask[p / 64] |= (uint64_t)1 << (p % 64), any = true;
+  }
+  if (!any) return 0;
+  block_t *head = NULL, *tail = NULL;
+  for (block_t *b = s->free, *next; b; b = next) {
+    next = block_next(s, b);
+    size_t off = (size_t)((char *)b - start);
+    if (pages_hit(mask, off / page, (off + bsize - 1) / page)) continue;
+    if (tail) block_set_next(s, tail, b);
+    else head = b;
+    tail = b;
+  }
+  if (tail) block_set_next(s, tail, NULL);
+  s->free = head;
+  size_t purged = 0;
+  for (size_t p = 0; p < npages;) {
+    if (!pages_hit(mask, p, p)) {
+      p++;
+      continue;
+    }
+    size_t q = p;
+    while (q < npages && pages_hit(mask, q, q)) q++;
+    purged += os_purge(start + p * page, (q - p) * page);
+    p = q;
+  }
+  s->purged[0] |= mask[0];
+  s->purged[1] |= mask[1];
+  stat_add(bytes_purged, purged);
+  return purged;
+}
+
+/* Puts the blocks of s's purged pages back on its free list. */
+void slab_unpurge(slab_t *s) {
+  size_t page = os_page_size(), bsize = s->bsize;
+  char *start = slab_start(s);
+  block_t *head = s->free;
+  for (size_t i = (size_t)(s->bump - start) / bsize; i-- > 0;) {
+    size_t off = i * bsize;
+    if (!pages_hit(s->purged, off / page, (off + bsize - 1) / page)) continue;
+    block_t *b = (block_t *)(start + off);
+    block_set_next(s, b, head);
+    head = b;
+  }
+  s->free = head;
+  s->purged[0] = s->purged[1] = 0;
 }
 
 /* Another thread frees b: push it, and when the list was empty tell the

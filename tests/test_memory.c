@@ -32,8 +32,17 @@
  *            live): every byte kept, a usable size within a quarter of the
  *            request, and resident memory grown by at most 1.3x the live
  *            bytes (the copies that moves leave behind are not kept).
+ *   sparse   about 24 MiB of blocks of one size (64, 3000 and 20000 B in
+ *            turn), all but one in K freed (K = 256, 16, 8: the survivors
+ *            lie scattered over the pages): the pages with no live block go
+ *            back, at least half of the freed bytes, at malloc_trim(0) and,
+ *            in a second round, without it once the thread takes slow paths
+ *            a purge delay later (HAKMEM_PURGE_DELAY_MS=20, set by CTest).
+ *            The survivors keep their bytes; as many blocks as were freed are
+ *            then allocated again, and every block is written and read back
+ *            (two handed out twice would overwrite each other).
  *
- * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow [seconds]
+ * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse [seconds]
  */
 #include "testutil.h"
 
@@ -365,6 +374,58 @@ static void test_grow(void)
          "for %.1f MiB live: OK\n", NB, TO >> 10, grown, live);
 }
 
+static void test_sparse(void)
+{
+  static const struct {
+    size_t size, keep;
+  } kinds[] = {{64, 256}, {3000, 16}, {20000, 8}};
+  const size_t total = 24 * MiB;
+  for (int round = 0; round < 2; round++)
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+      size_t size = kinds[k].size, keep = kinds[k].keep, n = total / size, freed = 0;
+      char **p = (char **)slot_array(n);
+      A(malloc_trim)(0); /* what the last round freed is not counted here */
+      for (size_t i = 0; i < n; i++) {
+        CHECK((p[i] = A(malloc)(size)) != NULL);
+        tu_fill(p[i], 0, size, i);
+      }
+      size_t full = tu_rss();
+      for (size_t i = 0; i < n; i++)
+        if (i % keep) A(free)(p[i]), p[i] = NULL, freed += size;
+      if (round == 0) {
+        A(malloc_trim)(0);
+      } else {
+        usleep(100000);
+        for (int j = 0; j < 256; j++) { /* slow paths: Large blocks */
+          void *x = A(malloc)(100000);
+          CHECK(x != NULL);
+          A(free)(x);
+        }
+      }
+      size_t after = tu_rss();
+      CHECKF(full - after >= freed / 2, "%s, %zu B blocks, %zu MiB freed, one in %zu kept: resident fell by %zu KiB",
+             round ? "no trim" : "malloc_trim", size, mib(freed), keep, (full - after) >> 10);
+      for (size_t i = 0; i < n; i += keep) {
+        size_t bad = tu_verify(p[i], 0, size, i);
+        CHECKF(bad == (size_t)-1, "kept %zu B block %zu lost byte %zu", size, i, bad);
+      }
+      for (size_t i = 0; i < n; i++)
+        if (!p[i]) {
+          CHECK((p[i] = A(malloc)(size)) != NULL);
+          tu_fill(p[i], 0, size, i);
+        }
+      for (size_t i = 0; i < n; i++) {
+        size_t bad = tu_verify(p[i], 0, size, i);
+        CHECKF(bad == (size_t)-1, "%zu B block %zu, allocated again, lost byte %zu", size, i, bad);
+        A(free)(p[i]);
+      }
+      munmap(p, n * sizeof *p);
+      printf("test_memory sparse (%s): %zu B blocks, one in %zu kept: resident fell by %zu of %zu MiB freed; "
+             "reallocated and checked: OK\n", round ? "no trim" : "malloc_trim", size, keep, mib(full - after),
+             mib(freed));
+    }
+}
+
 int main(int argc, char **argv)
 {
   const char *what = argc > 1 ? argv[1] : "";
@@ -376,8 +437,9 @@ int main(int argc, char **argv)
   else if (!strcmp(what, "xthread")) test_xthread(argc > 2 ? atof(argv[2]) : 60);
   else if (!strcmp(what, "reuse")) test_reuse();
   else if (!strcmp(what, "grow")) test_grow();
+  else if (!strcmp(what, "sparse")) test_sparse();
   else {
-    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow [seconds]\n");
+    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse [seconds]\n");
     return 2;
   }
   return 0;
