@@ -235,7 +235,10 @@ HAK_API void *hak_pvalloc(size_t size) {
 HAK_API int hak_malloc_trim(size_t pad) {
   size_t n = 0;
   heap_t *heap = heap_get();
-  if (heap != &hak_heap_empty) n += heap_purge_sparse(heap) + heap_trim(heap);
+  if (heap != &hak_heap_empty) {
+    n += heap_trim(heap); /* first: it collects remote frees */
+    n += heap_purge_sparse(heap);
+  }
   n += heap_trim_abandoned();
   region_pool_purge_due(0, 0);
   n += huge_trim();

@@ -35,12 +35,14 @@ typedef struct {
   size_t resident;  /* bytes from the header on that are (or once the block
                        is written, will be) resident; usable slack the
                        program writes beyond its size is not counted */
+  bool pieced;      /* built of several mappings: see cache_assemble */
 } huge_header_t;
 
 typedef struct {
   char *base;
   size_t size, resident;
   uint64_t freed_ms;
+  bool pieced;
 } cache_entry_t;
 
 hak_lock_t hak_lock_huge;
@@ -101,11 +103,11 @@ static bool cache_take(size_t need, cache_entry_t *out) {
   return best < CACHE_SLOTS;
 }
 
-static void cache_put(char *base, size_t size, size_t resident);
+static void cache_put(char *base, size_t size, size_t resident, bool pieced);
 
 /* Puts back what lies from off on in run e. */
 static void cache_put_tail(const cache_entry_t *e, size_t off) {
-  if (e->resident > off) cache_put(e->base + off, e->size - off, e->resident - off);
+  if (e->resident > off) cache_put(e->base + off, e->size - off, e->resident - off, e->pieced);
   else if (e->size > off) os_unmap(e->base + off, e->size - off);
 }
 
@@ -116,8 +118,15 @@ static void cache_put_tail(const cache_entry_t *e, size_t off) {
  * mapping, whose rest faults in as usual. Leftover tails go back to the
  * cache. A block that realloc grows keeps a run's resident pages whole: it
  * will write them (realloc bench: 16.0 k page faults -> 4.7 k). Returns
- * NULL when the cache is empty. */
-static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *residentp) {
+ * NULL when the cache is empty.
+ *
+ * A mapping built of moved pieces spans several kernel mappings (VMAs):
+ * mremap moves such a range only unresized and since Linux 6.17, and before
+ * that fails after it has unmapped its destination. So a pieced mapping
+ * (*piecedp) is a source here only where the kernel allows it
+ * (os_remap_spans), never of huge_realloc's resizing move, and a failed
+ * move gives up the whole new mapping. */
+static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *residentp, bool *piecedp) {
   cache_entry_t e;
   if (!cache_take(need, &e)) return NULL;
   if (fits_in_place(&e, need)) {
@@ -136,25 +145,34 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     }
     *sizep = keep;
     *residentp = resident;
+    *piecedp = e.pieced;
     return e.base;
   }
   size_t size = need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
-  char *to = os_map_aligned(size, REGION_SIZE);
-  size_t filled = 0;
-  while (to) {
+  bool spans = os_remap_spans();
+  char *to = e.pieced && !spans ? NULL : os_map_aligned(size, REGION_SIZE);
+  if (to == NULL) {
+    cache_put(e.base, e.size, e.resident, e.pieced);
+    return NULL;
+  }
+  for (size_t filled = 0;;) {
     size_t n = e.resident < need - filled ? e.resident : need - filled;
-    if (os_remap(e.base, n, n, to + filled) == NULL) break;
+    if (os_remap(e.base, n, n, to + filled) == NULL) {
+      cache_put(e.base, e.size, e.resident, e.pieced);
+      os_unmap(to, size);
+      return NULL;
+    }
     filled += n;
     cache_put_tail(&e, n);
-    if (filled == need || !cache_take(need - filled, &e)) {
-      *sizep = size;
-      *residentp = need;
-      return to;
+    if (filled == need || !cache_take(need - filled, &e)) break;
+    if (e.pieced && !spans) {
+      cache_put(e.base, e.size, e.resident, e.pieced);
+      break;
     }
   }
-  os_unmap(e.base, e.size);
   *sizep = size;
   *residentp = need;
+  *piecedp = true;
   return to;
 }
 
@@ -185,19 +203,19 @@ static size_t cache_evict(bool force) {
 /* Keeps a run of freed pages, evicting the oldest runs to stay within the
  * cache's bounds; a run with more resident than the whole cache may hold is
  * unmapped. */
-static void cache_put(char *base, size_t size, size_t resident) {
+static void cache_put(char *base, size_t size, size_t resident, bool pieced) {
   size_t limit = (size_t)learn_knob(KNOB_BIGCACHE_MB) << 20;
   cache_entry_t out[CACHE_SLOTS + 1];
   size_t n = 0;
   if (resident > limit) {
-    out[n++] = (cache_entry_t){base, size, resident, 0};
+    out[n++] = (cache_entry_t){base, size, resident, 0, pieced};
   } else {
     hak_lock(&hak_lock_huge);
     for (;;) {
       size_t slot = 0;
       while (slot < CACHE_SLOTS && cache[slot].base) slot++;
       if (slot < CACHE_SLOTS && cache_bytes + resident <= limit) {
-        cache[slot] = (cache_entry_t){base, size, resident, os_now_ms()};
+        cache[slot] = (cache_entry_t){base, size, resident, os_now_ms(), pieced};
         cache_bytes += resident;
         break;
       }
@@ -220,7 +238,8 @@ void *huge_alloc(size_t size, size_t align, bool zero, bool growing) {
   if (align >= REGION_SIZE) kind = (uint8_t)(MAP_HUGE + __builtin_ctzl(align) - REGION_SHIFT + 1);
   learn_tick(size);
   size_t map_size = need, resident = 0;
-  char *base = kind == MAP_HUGE ? cache_assemble(need, growing, &map_size, &resident) : NULL;
+  bool pieced = false;
+  char *base = kind == MAP_HUGE ? cache_assemble(need, growing, &map_size, &resident, &pieced) : NULL;
   bool cached = base != NULL;
   if (cached) {
     stat_inc(huge_cache_hits);
@@ -241,6 +260,7 @@ void *huge_alloc(size_t size, size_t align, bool zero, bool growing) {
   h->magic = HUGE_MAGIC;
   h->block = base + offset;
   h->map_size = map_size;
+  h->pieced = pieced;
   /* a larger cached run is not handed out whole: like a size class, at most
    * a quarter more than asked */
   size_t cap = (size + size / 4 + page - 1) & ~(page - 1), room = cached ? map_size : need;
@@ -272,7 +292,7 @@ void huge_free(void *p) {
   region_map_set(p, MAP_NONE);
   h->magic = 0;
   learn_active();
-  cache_put((char *)h, h->map_size, h->resident);
+  cache_put((char *)h, h->map_size, h->resident, h->pieced);
   cache_evict(false);
   learn_tick(0);
 }
@@ -301,6 +321,7 @@ void *huge_realloc(void *p, size_t size) {
     if (need < old) { /* shrink: unmap the tail */
       os_unmap((char *)h + need, old - need);
     } else if (os_remap(h, old, want, NULL) == NULL && os_remap(h, old, want = need, NULL) == NULL) {
+      if (h->pieced) return NULL; /* see cache_assemble: the caller copies */
       char *to = os_map_aligned(want = need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need,
                                 REGION_SIZE);
       if (to == NULL) return NULL;
@@ -314,6 +335,7 @@ void *huge_realloc(void *p, size_t size) {
       }
       h = (huge_header_t *)to;
       h->block = to + offset;
+      h->pieced = false; /* one range, moved and grown whole */
       region_map_set(h->block, MAP_HUGE);
     }
     h->map_size = need < old ? need : want;

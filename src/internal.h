@@ -77,6 +77,7 @@ enum slab_kind { SLAB_NONE = 0, SLAB_SMALL, SLAB_LARGE };
  * push onto, so that producer and consumer threads do not fight over one
  * line. */
 #define SLAB_MAX_PAGES 128 /* pages of 4 KiB in a slab of 8 units */
+#define SPARSE_SEEN 0x80000000u
 
 typedef struct slab_s {
   /* read-mostly */
@@ -100,6 +101,7 @@ typedef struct slab_s {
   char *bump;                    /* first never-used block (read by remote frees) */
   uint64_t purged[SLAB_MAX_PAGES / 64]; /* pages returned while the slab was sparse: their
                                             blocks are free but off the list */
+  uint32_t sparse_seen;          /* used | SPARSE_SEEN when its pages were last looked at */
   /* other threads' */
   _Alignas(64) _Atomic(block_t *) remote; /* other threads push here */
   struct slab_s *remote_next;    /* heap's stack of slabs with remote frees */

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -221,6 +222,27 @@ double os_fault_us(void) {
   }
   os_unmap(p, FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * page);
   return best;
+}
+
+/* Whether mremap may move a range that spans several mappings (Linux 6.17:
+ * a plain move, old size equal to new size, with MREMAP_FIXED). Before, it
+ * fails, and only after unmapping its destination. */
+bool os_remap_spans(void) {
+  static _Atomic int known; /* 0 not asked, 1 no, 2 yes */
+  int k = atomic_load_explicit(&known, memory_order_relaxed);
+  if (k == 0) {
+    struct utsname u;
+    long major = 0, minor = 0;
+    const char *r = u.release;
+    if (!failed(SYS(SYS_uname, &u, 0, 0, 0, 0, 0))) {
+      while (*r >= '0' && *r <= '9') major = major * 10 + (*r++ - '0');
+      if (*r == '.') r++;
+      while (*r >= '0' && *r <= '9') minor = minor * 10 + (*r++ - '0');
+    }
+    k = major > 6 || (major == 6 && minor >= 17) ? 2 : 1;
+    atomic_store_explicit(&known, k, memory_order_relaxed);
+  }
+  return k == 2;
 }
 
 size_t os_resident_bytes(void) {

@@ -47,6 +47,7 @@ uint64_t os_minor_faults(void);
  * a few pages (the least of several batches, so preemption does not count):
  * 1.5 to 3 on one of our VMs, about 10 on another. */
 double os_fault_us(void);
+bool os_remap_spans(void);
 /* Mapping system calls (mmap, munmap, madvise, mremap) made so far. */
 extern _Atomic uint64_t os_map_calls;
 /* Resident pages of the process, from /proc/self/statm; 0 if unreadable. */

@@ -12,6 +12,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
   s->used = 0;
   s->purged[0] = s->purged[1] = 0;
+  s->sparse_seen = 0;
   s->idle = 0;
   s->bsize = (uint32_t)bsize;
   s->recip = (((uint64_t)1 << 48) + bsize - 1) / bsize;
@@ -53,6 +54,7 @@ static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
 void slab_reset(slab_t *s) {
   s->free = NULL;
   s->purged[0] = s->purged[1] = 0;
+  s->sparse_seen = 0;
   __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
 }
 
@@ -95,6 +97,8 @@ size_t slab_purge_free_pages(slab_t *s) {
   char *start = slab_start(s);
   size_t carved = (size_t)(s->bump - start) / bsize, npages = (carved * bsize + page - 1) / page;
   if (HAKMEM_SECURE || s->free == NULL || npages > SLAB_MAX_PAGES) return 0;
+  if (s->sparse_seen == (s->used | SPARSE_SEEN)) return 0; /* likely nothing new since */
+  s->sparse_seen = s->used | SPARSE_SEEN;
   uint16_t nfree[SLAB_MAX_PAGES] = {0};
   for (block_t *b = s->free; b; b = block_next(s, b)) {
     size_t off = (size_t)((char *)b - start);
@@ -150,6 +154,7 @@ void slab_unpurge(slab_t *s) {
   }
   s->free = head;
   s->purged[0] = s->purged[1] = 0;
+  s->sparse_seen = 0;
 }
 
 /* Another thread frees b: push it, and when the list was empty tell the
