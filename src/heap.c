@@ -224,16 +224,14 @@ void heap_slab_empty(heap_t *heap, slab_t *s) {
   slab_set_idle(heap, s);
 }
 
-/* Purges the free pages of the heap's sparse slabs: queued ones (not a
- * class's current slab, not idle) with at most a quarter of their carved
- * blocks in use. Owner only: the free lists are its own. */
+/* Purges the free pages of the heap's sparse slabs (slab_purge_sparse)
+ * among its queued ones: not a class's current slab, not an idle one. Owner
+ * only: the free lists are its own. */
 size_t heap_purge_sparse(heap_t *heap) {
   size_t purged = 0;
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
-    for (slab_t *s = heap->queue[cls].head; s; s = s->next) {
-      size_t carved = (size_t)(s->bump - slab_start(s)) / s->bsize;
-      if (!s->idle && s->free && (size_t)s->used * 4 <= carved) purged += slab_purge_free_pages(s);
-    }
+    for (slab_t *s = heap->queue[cls].head; s; s = s->next)
+      if (!s->idle) purged += slab_purge_sparse(s);
   return purged;
 }
 

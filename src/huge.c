@@ -27,6 +27,12 @@
 #define CACHE_SLOTS 32
 #define HUGE_RESERVE 2
 
+/* The address space a mapping of need bytes reserves (need itself if the
+ * product overflows). */
+static size_t reserve_for(size_t need) {
+  return need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
+}
+
 typedef struct {
   uint64_t magic;
   char *block;      /* the pointer handed out */
@@ -148,17 +154,17 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     *piecedp = e.pieced;
     return e.base;
   }
-  size_t size = need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
+  size_t size = reserve_for(need);
   bool spans = os_remap_spans();
   char *to = e.pieced && !spans ? NULL : os_map_aligned(size, REGION_SIZE);
   if (to == NULL) {
-    cache_put(e.base, e.size, e.resident, e.pieced);
+    cache_put_tail(&e, 0);
     return NULL;
   }
   for (size_t filled = 0;;) {
     size_t n = e.resident < need - filled ? e.resident : need - filled;
     if (os_remap(e.base, n, n, to + filled) == NULL) {
-      cache_put(e.base, e.size, e.resident, e.pieced);
+      cache_put_tail(&e, 0);
       os_unmap(to, size);
       return NULL;
     }
@@ -166,7 +172,7 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     cache_put_tail(&e, n);
     if (filled == need || !cache_take(need - filled, &e)) break;
     if (e.pieced && !spans) {
-      cache_put(e.base, e.size, e.resident, e.pieced);
+      cache_put_tail(&e, 0);
       break;
     }
   }
@@ -245,7 +251,7 @@ void *huge_alloc(size_t size, size_t align, bool zero, bool growing) {
     stat_inc(huge_cache_hits);
   } else {
     size_t map_align = kind == MAP_HUGE ? REGION_SIZE : align;
-    if (kind == MAP_HUGE && need * HUGE_RESERVE / HUGE_RESERVE == need) map_size = need * HUGE_RESERVE;
+    if (kind == MAP_HUGE) map_size = reserve_for(need);
     base = os_map_aligned(map_size, map_align);
     if (base == NULL && map_size > need) base = os_map_aligned(map_size = need, map_align);
     if (base == NULL && hak_release_cached()) base = os_map_aligned(map_size, map_align);
@@ -317,13 +323,13 @@ void *huge_realloc(void *p, size_t size) {
     /* Growth reserves twice what it needs, as a new mapping does: a block
      * grown a page at a time then takes a system call per doubling, not
      * per page (realloc bench: 1,258 mremap calls -> 6). */
-    size_t want = need > old && need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
+    size_t want = need;
     if (need < old) { /* shrink: unmap the tail */
       os_unmap((char *)h + need, old - need);
-    } else if (os_remap(h, old, want, NULL) == NULL && os_remap(h, old, want = need, NULL) == NULL) {
+    } else if (os_remap(h, old, want = reserve_for(need), NULL) == NULL &&
+               os_remap(h, old, want = need, NULL) == NULL) {
       if (h->pieced) return NULL; /* see cache_assemble: the caller copies */
-      char *to = os_map_aligned(want = need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need,
-                                REGION_SIZE);
+      char *to = os_map_aligned(want = reserve_for(need), REGION_SIZE);
       if (to == NULL) return NULL;
       /* Unmark first: once moved, the old range may be mapped (and marked)
        * by another thread at once. */
@@ -338,7 +344,7 @@ void *huge_realloc(void *p, size_t size) {
       h->pieced = false; /* one range, moved and grown whole */
       region_map_set(h->block, MAP_HUGE);
     }
-    h->map_size = need < old ? need : want;
+    h->map_size = want;
   }
   h->usable = need - offset;
   size_t resident = old_resident > need ? old_resident : need;

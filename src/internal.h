@@ -256,7 +256,7 @@ void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units);
 #define CARVE_MAX_BLOCKS (CARVE_HOT_BYTES / 8)
 void slab_carve(slab_t *s, size_t n);
 void slab_reset(slab_t *s);
-size_t slab_purge_free_pages(slab_t *s);
+size_t slab_purge_sparse(slab_t *s);
 void slab_unpurge(slab_t *s);
 hak_inline bool slab_has_purged(const slab_t *s) { return (s->purged[0] | s->purged[1]) != 0; }
 void slab_free_remote(slab_t *s, block_t *b);

@@ -155,13 +155,14 @@ static uint64_t runs_of(uint64_t m, size_t have, size_t n) {
  * starts the span where room units are free, so that it can grow in place. */
 slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room) {
   uint64_t m = runs_of(r->free_units, 1, units);
+  uint64_t roomy = room > units ? runs_of(m, units, room) : 0;
   if (align_units > 1) {
     uint64_t starts = 0;
     for (size_t i = 0; i < REGION_UNITS; i += align_units) starts |= (uint64_t)1 << i;
     m &= starts;
+    roomy &= starts;
   }
   if (m == 0) return NULL;
-  uint64_t roomy = room > units ? runs_of(m, units, room) : 0;
   if (roomy) m = roomy;
   size_t first = (size_t)__builtin_ctzll(m);
   uint64_t bits = span_bits(first, units);

@@ -85,18 +85,19 @@ static bool pages_hit(const uint64_t *mask, size_t first, size_t last) {
   return false;
 }
 
-/* Returns to the OS the pages of s whose carved blocks are all on its free
- * list (one live block keeps its page), and takes the blocks that touch them
- * off the list, since their links go with the pages; slab_unpurge() puts
- * them back when the list runs dry. A program that freed most of what it
- * allocated but keeps a scattered few blocks gets the rest of those pages
- * back. Owner only; not in the secure build, whose free blocks carry the tag
- * that catches a double free. Returns the bytes purged. */
-size_t slab_purge_free_pages(slab_t *s) {
+/* When s is sparse (at most a quarter of its carved blocks in use), returns
+ * to the OS its pages whose carved blocks are all on its free list (one live
+ * block keeps its page), and takes the blocks that touch them off the list,
+ * since their links go with the pages; slab_unpurge() puts them back when
+ * the list runs dry. A program that freed most of what it allocated but
+ * keeps a scattered few blocks gets the rest of those pages back. Owner
+ * only; not in the secure build, whose free blocks carry the tag that
+ * catches a double free. Returns the bytes purged. */
+size_t slab_purge_sparse(slab_t *s) {
   size_t page = os_page_size(), bsize = s->bsize;
   char *start = slab_start(s);
   size_t carved = (size_t)(s->bump - start) / bsize, npages = (carved * bsize + page - 1) / page;
-  if (HAKMEM_SECURE || s->free == NULL || npages > SLAB_MAX_PAGES) return 0;
+  if (HAKMEM_SECURE || s->free == NULL || (size_t)s->used * 4 > carved || npages > SLAB_MAX_PAGES) return 0;
   if (s->sparse_seen == (s->used | SPARSE_SEEN)) return 0; /* likely nothing new since */
   s->sparse_seen = s->used | SPARSE_SEEN;
   uint16_t nfree[SLAB_MAX_PAGES] = {0};
@@ -190,4 +191,3 @@ size_t slab_collect_remote(slab_t *s) {
   s->used -= (uint32_t)n;
   return n;
 }
-
