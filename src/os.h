@@ -28,7 +28,8 @@ void *os_map_aligned(size_t size, size_t align);
 bool os_protect_none(void *p, size_t size);
 /* 64 random bits from the kernel (or, failing that, from the clock). */
 uint64_t os_random_seed(void);
-/* Unmaps [p, p+size); p and size page-aligned. */
+/* Unmaps [p, p+size); p and size page-aligned. This and os_purge free
+ * memory in pieces of at most 2 MiB: see os.c. */
 void os_unmap(void *p, size_t size);
 /* Returns [p, p+size) to the OS; the range stays mapped and reads back as
  * zeros. Returns the number of bytes purged (0 when the call failed). */
@@ -36,6 +37,10 @@ size_t os_purge(void *p, size_t size);
 /* Resizes a mapping in place or, with may_move, anywhere page-aligned.
  * Returns the new address or NULL (the old mapping is then unchanged). */
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at);
+/* Moves the pages of [p, p+size) to [to, to+size), replacing what was
+ * mapped there, in pieces (see os_unmap); page-aligned. Returns the bytes
+ * moved: less than size when a piece failed, the rest then still at p. */
+size_t os_move(void *p, size_t size, void *to);
 /* Writes len bytes to stderr, retrying short writes; never allocates. */
 void os_write_stderr(const char *s, size_t len);
 void os_write_fd(int fd, const char *s, size_t len);
