@@ -127,6 +127,14 @@ static void cache_put_tail(const cache_entry_t *e, size_t off) {
   else if (e->size > off) os_unmap(e->base + off, e->size - off);
 }
 
+/* The bytes of run e that may move into a block still short of want: whole
+ * page tables of its resident prefix, none unless it starts on one (see
+ * MOVE_UNIT). */
+static size_t movable(const cache_entry_t *e, size_t want) {
+  if ((uintptr_t)e->base & (MOVE_UNIT - 1)) return 0;
+  return (e->resident < want ? e->resident : want) & ~(MOVE_UNIT - 1);
+}
+
 /* A mapping of at least need bytes built from cached runs; sets *sizep to
  * the bytes it has and *residentp to those that may be resident. One run
  * that fits at a region boundary is used as it is; otherwise the runs'
@@ -164,20 +172,14 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     *piecedp = e.pieced;
     return e.base;
   }
-  size_t size = reserve_for(need);
+  size_t size = reserve_for(need), n = movable(&e, need);
   bool spans = os_remap_spans();
-  char *to = e.pieced && !spans ? NULL : os_map_aligned(size, REGION_SIZE);
+  char *to = n == 0 || (e.pieced && !spans) ? NULL : os_map_aligned(size, REGION_SIZE);
   if (to == NULL) {
     cache_put_tail(&e, 0);
     return NULL;
   }
   for (size_t filled = 0;;) {
-    /* whole page tables only: see MOVE_UNIT */
-    size_t n = (e.resident < need - filled ? e.resident : need - filled) & ~(MOVE_UNIT - 1);
-    if (n == 0 || ((uintptr_t)e.base & (MOVE_UNIT - 1))) {
-      cache_put_tail(&e, 0);
-      break;
-    }
     size_t moved = os_move(e.base, n, to + filled);
     if (moved < n) { /* the pieces moved are gone from the run */
       cache_put_tail(&e, moved);
@@ -187,7 +189,7 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     filled += n;
     cache_put_tail(&e, n);
     if (filled == need || !cache_take(need - filled, &e)) break;
-    if (e.pieced && !spans) {
+    if ((e.pieced && !spans) || (n = movable(&e, need - filled)) == 0) {
       cache_put_tail(&e, 0);
       break;
     }
