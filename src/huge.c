@@ -31,9 +31,15 @@
  * when next touched: moving cached pages into each new block that way made
  * the phases benchmark's bursts (8 blocks of 256 KiB-32 MiB written, freed,
  * again) run at 690 blocks/s against 1,800-2,300 with whole tables, and
- * 3,900 with no moves at all (but 340 MB peak instead of 180). What is left
- * of a need below a whole table faults in. */
+ * 3,900 with no moves at all (but 340 MB peak instead of 180). A need
+ * that ends inside a table takes that table whole where the rest of it is
+ * at most a ROUND_UP_SHARE-th of the need: its last part had faulted in, 18
+ * faults a block, and the same burst ran at 2,500 blocks/s a second into
+ * it; so, 9,600-9,800 (tcmalloc 8,100). A whole last table for every need
+ * raised the peak of test_memory's churn (16 B-4 MiB) from 278 to 291 MiB
+ * for 256 MiB live. */
 #define MOVE_UNIT ((size_t)2 << 20)
+#define ROUND_UP_SHARE 16
 #define CACHE_SLOTS 32
 #define HUGE_RESERVE 2
 
@@ -73,15 +79,23 @@ static huge_header_t *huge_header(const void *p, uint8_t kind) {
 }
 
 /* Whether run e serves a mapping of need bytes in place: it starts at a
- * region boundary, holds need, and at least three quarters of need is
- * resident. A run that would fault in more is better left to the resident
- * pages of others, gathered with mremap: moving a page costs about a fifth
- * of faulting one in (on the development VM), and pages left in the cache
- * only add to the peak (the large benchmark, speed strategy: in place at
- * any residency 760/s and 418 MB peak, from half 790/s and 340 MB, from
- * three quarters 690/s and 275 MB; before the reservation 520/s and 292 MB). */
-static bool fits_in_place(const cache_entry_t *e, size_t need) {
-  return ((uintptr_t)e->base & (REGION_SIZE - 1)) == 0 && e->size >= need && e->resident >= need / 4 * 3;
+ * region boundary, holds need, and at least `least` bytes of it are
+ * resident (in_place_least). */
+static bool fits_in_place(const cache_entry_t *e, size_t need, size_t least) {
+  return ((uintptr_t)e->base & (REGION_SIZE - 1)) == 0 && e->size >= need && e->resident >= least;
+}
+
+/* The resident bytes a run needs to serve need in place (under the lock):
+ * all of need while the cache holds that much, for a run that would fault
+ * in part of it is better left to the resident pages of all the runs,
+ * gathered in whole page tables with mremap, which costs next to nothing
+ * when they are touched (the large benchmark, learning: in place from three
+ * quarters resident 679/s, 88 k faults and 291 MB peak; only when all is
+ * resident 835/s, 70 k faults and 274 MB, tcmalloc 863/s and 77 k). Three
+ * quarters where gathering cannot give more (the cache holds less) or runs
+ * stay whole, whose alternative is a fresh mapping. */
+static size_t in_place_least(size_t need) {
+  return learn_knob(KNOB_BIGCACHE_WHOLE) || cache_bytes < need ? need / 4 * 3 : need;
 }
 
 /* How well a cached run serves a mapping of need bytes (higher is better):
@@ -89,8 +103,8 @@ static bool fits_in_place(const cache_entry_t *e, size_t need) {
  * first (fewest faults, then least to purge); one with need resident
  * elsewhere must be moved; another only contributes its resident pages, the
  * most first. */
-static size_t fit_rank(const cache_entry_t *e, size_t need) {
-  if (fits_in_place(e, need)) {
+static size_t fit_rank(const cache_entry_t *e, size_t need, size_t least) {
+  if (fits_in_place(e, need, least)) {
     size_t r = e->resident;
     return ((size_t)3 << 52) + (r >= need ? ((size_t)1 << 50) - ((r - need) >> 12) : r >> 12);
   }
@@ -106,13 +120,14 @@ static cache_entry_t cache_remove(size_t i) {
   return e;
 }
 
-/* Takes the cached run that serves need bytes best. */
-static bool cache_take(size_t need, cache_entry_t *out) {
+/* Takes the cached run that serves need bytes best; sets *leastp to what it
+ * needs resident to serve in place. */
+static bool cache_take(size_t need, cache_entry_t *out, size_t *leastp) {
   hak_lock(&hak_lock_huge);
-  size_t best = CACHE_SLOTS;
+  size_t best = CACHE_SLOTS, least = *leastp = in_place_least(need);
   for (size_t i = 0; i < CACHE_SLOTS; i++) {
     if (cache[i].base == NULL) continue;
-    if (best == CACHE_SLOTS || fit_rank(&cache[i], need) > fit_rank(&cache[best], need)) best = i;
+    if (best == CACHE_SLOTS || fit_rank(&cache[i], need, least) > fit_rank(&cache[best], need, least)) best = i;
   }
   if (best < CACHE_SLOTS) *out = cache_remove(best);
   hak_unlock(&hak_lock_huge);
@@ -121,10 +136,13 @@ static bool cache_take(size_t need, cache_entry_t *out) {
 
 static void cache_put(char *base, size_t size, size_t resident, bool pieced);
 
-/* Puts back what lies from off on in run e. */
+/* Puts back what lies from off on in run e, if it can serve again: in place
+ * (from a region boundary) or moved (a whole page table resident). */
 static void cache_put_tail(const cache_entry_t *e, size_t off) {
-  if (e->resident > off) cache_put(e->base + off, e->size - off, e->resident - off, e->pieced);
-  else if (e->size > off) os_unmap(e->base + off, e->size - off);
+  char *tail = e->base + off;
+  bool serves = ((uintptr_t)tail & (REGION_SIZE - 1)) == 0 || e->resident >= off + MOVE_UNIT;
+  if (e->resident > off && serves) cache_put(tail, e->size - off, e->resident - off, e->pieced);
+  else if (e->size > off) os_unmap(tail, e->size - off);
 }
 
 /* The bytes of run e that may move into a block still short of want: whole
@@ -137,9 +155,10 @@ static size_t movable(const cache_entry_t *e, size_t want) {
 
 /* A mapping of at least need bytes built from cached runs; sets *sizep to
  * the bytes it has and *residentp to those that may be resident. One run
- * that fits at a region boundary is used as it is; otherwise the runs'
- * pages are moved with mremap (no copy, no page fault) into a fresh aligned
- * mapping, whose rest faults in as usual. Leftover tails go back to the
+ * that fits at a region boundary is used as it is; otherwise (unless the
+ * strategy keeps runs whole) the runs' pages are moved with mremap (no
+ * copy, no page fault) into a fresh aligned mapping, whose rest faults in
+ * as usual. Leftover tails go back to the
  * cache. A block that realloc grows keeps a run's resident pages whole: it
  * will write them (realloc bench: 16.0 k page faults -> 4.7 k). Returns
  * NULL when the cache is empty.
@@ -152,8 +171,9 @@ static size_t movable(const cache_entry_t *e, size_t want) {
  * move gives up the whole new mapping. */
 static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *residentp, bool *piecedp) {
   cache_entry_t e;
-  if (!cache_take(need, &e)) return NULL;
-  if (fits_in_place(&e, need)) {
+  size_t least;
+  if (!cache_take(need, &e, &least)) return NULL;
+  if (fits_in_place(&e, need, least)) {
     /* Up to twice the need, the whole run serves (no system call); beyond,
      * the rest goes back from the next region boundary, where it too can
      * serve in place. Resident slack beyond what the strategy lets stay
@@ -172,14 +192,17 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     *piecedp = e.pieced;
     return e.base;
   }
-  size_t size = reserve_for(need), n = movable(&e, need);
+  /* the last table whole where that adds little (see MOVE_UNIT) */
+  size_t up = (need + MOVE_UNIT - 1) & ~(MOVE_UNIT - 1), goal = up - need <= need / ROUND_UP_SHARE ? up : need;
+  size_t size = reserve_for(need), n = learn_knob(KNOB_BIGCACHE_WHOLE) ? 0 : movable(&e, goal);
   bool spans = os_remap_spans();
   char *to = n == 0 || (e.pieced && !spans) ? NULL : os_map_aligned(size, REGION_SIZE);
   if (to == NULL) {
     cache_put_tail(&e, 0);
     return NULL;
   }
-  for (size_t filled = 0;;) {
+  size_t filled = 0;
+  for (;;) {
     size_t moved = os_move(e.base, n, to + filled);
     if (moved < n) { /* the pieces moved are gone from the run */
       cache_put_tail(&e, moved);
@@ -188,14 +211,14 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     }
     filled += n;
     cache_put_tail(&e, n);
-    if (filled == need || !cache_take(need - filled, &e)) break;
-    if ((e.pieced && !spans) || (n = movable(&e, need - filled)) == 0) {
+    if (filled >= goal || !cache_take(goal - filled, &e, &least)) break;
+    if ((e.pieced && !spans) || (n = movable(&e, goal - filled)) == 0) {
       cache_put_tail(&e, 0);
       break;
     }
   }
   *sizep = size;
-  *residentp = need;
+  *residentp = filled > need ? filled : need;
   *piecedp = true;
   return to;
 }
