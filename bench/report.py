@@ -34,8 +34,7 @@ if A.readme:  # copy latest.md's header, summary, fast-path and phases sections 
     raise SystemExit(0)
 COLORS = {"hakmem": "#d62728", "hakmem-secure": "#ff9896", "glibc": "#7f7f7f", "mimalloc": "#1f77b4", "jemalloc": "#2ca02c", "tcmalloc": "#ff7f0e",
           "hakmem-w0": "#e377c2", "hakmem-w100": "#8c564b",
-          "hakmem-pin0": "#dadaeb", "hakmem-pin1": "#9e9ac8", "hakmem-pin2": "#6a51a3", "hakmem-pin3": "#3f007d",
-          "hakmem-pin4": "#bcbddc"}
+          "hakmem-pin0": "#dadaeb", "hakmem-pin1": "#9e9ac8", "hakmem-pin2": "#6a51a3", "hakmem-pin3": "#3f007d"}
 DESC = {
     "larson": "server simulation, blocks freed by the next thread",
     "random_mixed": "random malloc/free mix, private slots",
@@ -204,7 +203,7 @@ if fast:
 PH = ["churn", "burst", "idle", "churn2", "burst2", "idle2"]
 pins = [c for c in pconfigs if c.startswith("hakmem-pin")]
 peers = [c for c in pconfigs if not c.startswith("hakmem")]
-STRATEGY = {"0": "default", "1": "speed", "2": "lean", "3": "memory", "4": "hoard"}
+STRATEGY = {"0": "default", "1": "speed", "2": "lean", "3": "memory"}
 
 
 def pruns(c):

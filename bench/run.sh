@@ -90,10 +90,10 @@ add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
 add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)" "" -phases
 # hakmem's learned Large/Huge strategy, for the phases workload only: learning
 # with all weight on memory (w0) or on time (w100), and each strategy pinned
-# (0 default, 1 speed, 2 lean, 3 memory, 4 hoard).  Plain hakmem learns at weight 50.
+# (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50.
 if [ "${ALLOCS[0]:-}" = hakmem ]; then
   for w in 0 100; do add_alloc hakmem-w$w "$HAKMEM_LIB" "" "HAKMEM_LEARN=1 HAKMEM_LEARN_WEIGHT=$w" phases; done
-  for k in 0 1 2 3 4; do add_alloc hakmem-pin$k "$HAKMEM_LIB" "" "HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=$k" phases; done
+  for k in 0 1 2 3; do add_alloc hakmem-pin$k "$HAKMEM_LIB" "" "HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=$k" phases; done
 fi
 add_alloc glibc "" ""
 add_alloc mimalloc "$(find_lib libmimalloc.so.2)" "apt-get install libmimalloc-dev"
@@ -103,8 +103,8 @@ echo "run.sh: $MODE mode, $ROUNDS round(s); allocators: ${ALLOCS[*]}" >&2
 for s in "${SKIPPED[@]}"; do echo "run.sh: skipped $s" >&2; done
 
 # ---- cases: "workload|case label|arguments[|at most N rounds]" ----------------
-# phases: six phases of 1 s under 12 configurations is 72 s a round, so the
-# full mode gives it 3 rounds (about 4 minutes), not 5.
+# phases: six phases of 1 s under 11 configurations is 66 s a round, so the
+# full mode gives it 3 rounds (about 3.5 minutes), not 5.
 if [ $MODE = full ]; then
   CASES=(
     "larson|1 thr, 8-1024 B, 1 s|seconds=1 threads=1 min=8 max=1024 chunks=1000 rounds=100 seed=1"

@@ -44,13 +44,12 @@
 
 static const struct {
   const char *name;
-  long knob[KNOB_COUNT]; /* purge delay ms, BigCache MiB and age ms, slack %, runs whole */
+  long knob[KNOB_COUNT]; /* purge delay ms, BigCache MiB and age ms, slack % */
 } strategies[LEARN_STRATEGIES] = {
-  {"default", {FROM_OPTION, FROM_OPTION, FROM_OPTION, FROM_OPTION, FROM_OPTION}},
-  {"speed", {600, 1024, 600, 100, 0}}, /* under 1 s: memory still returns within a second */
-  {"lean", {50, 64, 100, 25, 0}},
-  {"memory", {0, 0, 0, 0, 0}},
-  {"hoard", {600, 1024, 600, 100, 1}},
+  {"default", {FROM_OPTION, FROM_OPTION, FROM_OPTION, FROM_OPTION}},
+  {"speed", {600, 1024, 600, 100}}, /* under 1 s: memory still returns within a second */
+  {"lean", {50, 64, 100, 25}},
+  {"memory", {0, 0, 0, 0}},
 };
 
 static const hak_option_t knob_option[KNOB_COUNT] = {
@@ -58,7 +57,6 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
   [KNOB_BIGCACHE_MB] = OPT_BIGCACHE_MB,
   [KNOB_BIGCACHE_AGE_MS] = OPT_BIGCACHE_AGE_MS,
   [KNOB_HUGE_SLACK_PCT] = OPT_HUGE_SLACK_PCT,
-  [KNOB_BIGCACHE_WHOLE] = OPT_BIGCACHE_WHOLE,
 };
 
 /* Prices of the OS's work. A page fault's is timed when learning starts
@@ -103,7 +101,7 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
  * warm-up. On a 10 us VM the large benchmark (1 s) learning ran at
  * 521-902/s from the default with no warm-up (a cold first epoch rated
  * whichever strategy ran it as a loser), 752-815/s from speed with half an
- * epoch's, 870-1,200/s (median 1,185, tcmalloc 1,171) with four epochs'. */
+ * epoch's, and with four epochs' at 0.94-1.0 times tcmalloc's median. */
 #define START_FAST_US 2.5
 #define START_WARM 8
 #define STRATEGY_SPEED 1
@@ -203,23 +201,15 @@ static uint64_t next_random(void) {
   return L.rng;
 }
 
-/* Whether strategy a keeps more than b on some knob ("never", -1, is most).
- * Keeping cached runs whole is not on that order: it holds more memory, but
- * costs faults as often as it saves them (bursts of blocks freed and
- * reallocated run at two and a half times the speed; the large benchmark's mix of sizes
- * faults half as much again), so the strategies that differ only in it are
- * rivals either way. */
+/* Whether strategy a keeps more than b on some knob ("never", -1, is most). */
 static bool keeps_more(int a, int b) {
-  for (int k = 0; k < KNOB_BIGCACHE_WHOLE; k++)
+  for (int k = 0; k < KNOB_COUNT; k++)
     if ((unsigned long)knob_value(a, (learn_knob_t)k) > (unsigned long)knob_value(b, (learn_knob_t)k)) return true;
   return false;
 }
 
-static bool keeps_same(int a, int b) { return !keeps_more(a, b) && !keeps_more(b, a); }
-
-/* Whether u lies strictly between a and b in what they keep (on every knob). */
+/* Whether u lies between a and b in what they keep (on every knob). */
 static bool between(int u, int a, int b) {
-  if (keeps_same(u, a) || keeps_same(u, b)) return false;
   return (!keeps_more(a, u) && !keeps_more(u, b)) || (!keeps_more(b, u) && !keeps_more(u, a));
 }
 
@@ -243,7 +233,7 @@ static bool lost_clearly(int u, int b) { return L.scored_at[u] && L.scored_at[b]
 static bool could_win(int t, int b) {
   for (int u = 0; u < LEARN_STRATEGIES; u++)
     if (u != t && u != b && between(u, t, b) && (!L.scored_at[u] || lost_clearly(u, b))) return false;
-  if (!L.scored_at[b] || keeps_same(t, b)) return true;
+  if (!L.scored_at[b]) return true;
   double os = L.os_cost[b], mem = L.cost[b] - os, margin = DRAW_MARGIN * L.cost[b];
   if (!keeps_more(t, b)) return mem > margin;
   if (!keeps_more(b, t)) return os > margin;
@@ -529,12 +519,12 @@ void learn_print(os_out_t *o) {
     os_out_uint(o, (uint64_t)(L.fault_us * 10) % 10, 0);
     os_out_str(o, " us");
   }
-  os_out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  slack-%  whole  rating  epochs  run-ms  cost-ms/s\n");
+  os_out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  slack-%  rating  epochs  run-ms  cost-ms/s\n");
   for (int i = 0; i < LEARN_STRATEGIES; i++) {
     os_out_str(o, "  ");
     os_out_str(o, strategies[i].name);
     os_out_str(o, &"          "[__builtin_strlen(strategies[i].name) < 8 ? __builtin_strlen(strategies[i].name) + 2 : 9]);
-    static const int width[KNOB_COUNT] = {8, 11, 10, 9, 7};
+    static const int width[KNOB_COUNT] = {8, 11, 10, 9};
     for (int j = 0; j < KNOB_COUNT; j++) {
       long v = knob_value(i, (learn_knob_t)j);
       if (v < 0) os_out_str(o, &"     never"[10 - width[j]]);

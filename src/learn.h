@@ -15,11 +15,10 @@ typedef enum {
   KNOB_BIGCACHE_MB,    /* HAKMEM_BIGCACHE_MB */
   KNOB_BIGCACHE_AGE_MS, /* HAKMEM_BIGCACHE_AGE_MS */
   KNOB_HUGE_SLACK_PCT, /* HAKMEM_HUGE_SLACK_PCT */
-  KNOB_BIGCACHE_WHOLE, /* HAKMEM_BIGCACHE_WHOLE; last: off the order of what a strategy keeps */
   KNOB_COUNT
 } learn_knob_t;
 
-#define LEARN_STRATEGIES 5
+#define LEARN_STRATEGIES 4
 
 /* The running strategy's setting of a knob; an option the user set in the
  * environment wins over every strategy. */

@@ -29,7 +29,7 @@ static option_desc_t options[OPT_COUNT] = {
                           "cached pages are moved into it", 0},
   [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
   [OPT_LEARN] = {"LEARN", 0, 1, "learn the Large/Huge strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
-  [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory, 4 hoard", 0},
+  [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory", 0},
   [OPT_LEARN_WEIGHT] = {"LEARN_WEIGHT", 0, 50, "percent weight on time in the OS against memory held (0..100)", 0},
   [OPT_LEARN_EPOCH_MS] = {"LEARN_EPOCH_MS", 0, 50, "milliseconds each strategy runs before it is rated", 0},
   [OPT_LEARN_SEED] = {"LEARN_SEED", 0, 1, "seed of the exploration (same seed, same costs: same choices)", 0},

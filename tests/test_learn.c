@@ -7,7 +7,9 @@
  *            explored only where they could win (cost in the OS: not leaner
  *            ones; cost in memory: not more generous ones; nil: none)
  *   pinned   (run with HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=k) the strategy never
- *            changes, whatever the costs, and its knobs are k's settings
+ *            changes, whatever the costs, and its knobs are k's settings;
+ *            under speed, a block larger than the cached run takes its
+ *            pages, or with HAKMEM_BIGCACHE_WHOLE=1 leaves it whole
  *   speed    (HAKMEM_LEARN_WEIGHT=100) a burst of huge blocks freed and
  *            allocated again: the best rated strategy is one that caches,
  *            and the BigCache stays within the largest strategy's bound
@@ -35,15 +37,16 @@
 
 #include "../src/internal.h"
 #include "../src/learn.h"
+#include "../src/options.h"
 
 #define MiB ((size_t)1 << 20)
 
-enum { DEFAULT, SPEED, LEAN, MEMORY, HOARD };
+enum { DEFAULT, SPEED, LEAN, MEMORY };
 
 /* Runs n epochs in which each strategy costs what `cost` says (ms/s, half of
  * it in the OS); returns how many of the last half ran `cheap`. Records the
  * choices. The costs fall, then rise along the order of what the strategies
- * keep (memory, lean, default, speed, hoard), as real ones do. */
+ * keep (memory, lean, default, speed), as real ones do. */
 static int run_epochs(int n, int cheap, const double *cost, int *trace)
 {
   int hits = 0;
@@ -70,9 +73,9 @@ static int best_rated(void)
 
 static void test_rating(void)
 {
-  static const double lean_best[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 10, [MEMORY] = 100, [HOARD] = 100};
-  static const double speed_best[] = {[DEFAULT] = 50, [SPEED] = 10, [LEAN] = 100, [MEMORY] = 100, [HOARD] = 50};
-  static const double memory_best[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 50, [MEMORY] = 10, [HOARD] = 100};
+  static const double lean_best[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 10, [MEMORY] = 100};
+  static const double speed_best[] = {[DEFAULT] = 50, [SPEED] = 10, [LEAN] = 100, [MEMORY] = 100};
+  static const double memory_best[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 50, [MEMORY] = 10};
   learn_reset();
   int hits = run_epochs(400, LEAN, lean_best, NULL);
   CHECKF(best_rated() == LEAN, "cheapest strategy not best rated (best %d)", best_rated());
@@ -101,10 +104,10 @@ static void test_rating(void)
    * keeping more (then less) than the best are worth trying (memory, beyond
    * lean from the default, once lean has drawn); none when the cost is nil.
    * And with lean a clear loser, memory beyond it is not tried. */
-  static const struct { double os, mem; int never[3]; const char *what; } split[] = {
-    {100, 0, {LEAN, MEMORY, MEMORY}, "all in the OS: leaner"},
-    {0, 100, {SPEED, HOARD, HOARD}, "all memory: more generous"},
-    {0, 0, {LEAN, SPEED, HOARD}, "nil: all other"},
+  static const struct { double os, mem; int never[2]; const char *what; } split[] = {
+    {100, 0, {LEAN, MEMORY}, "all in the OS: leaner"},
+    {0, 100, {SPEED, SPEED}, "all memory: more generous"},
+    {0, 0, {LEAN, SPEED}, "nil: all other"},
   };
   for (size_t k = 0; k < sizeof split / sizeof *split; k++) {
     learn_reset();
@@ -113,16 +116,15 @@ static void test_rating(void)
       ran[learn_current()]++;
       learn_rate(split[k].os, split[k].mem);
     }
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < 2; j++)
       CHECKF(ran[split[k].never[j]] == 0, "cost %s; strategy %d explored %d times", split[k].what, split[k].never[j],
              ran[split[k].never[j]]);
     CHECKF(k == 2 ? ran[DEFAULT] >= 297 : ran[DEFAULT] < 300, "cost %s: default ran %d of 300 epochs", split[k].what,
            ran[DEFAULT]);
-    printf("test_learn rating: cost %s strategies not explored (ran %d %d %d %d %d): OK\n", split[k].what,
-           ran[DEFAULT], ran[SPEED], ran[LEAN], ran[MEMORY], ran[HOARD]);
-  }
-  learn_reset();
-  static const double lean_loses[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 300, [MEMORY] = 0, [HOARD] = 100};
+    printf("test_learn rating: cost %s strategies not explored (ran %d %d %d %d): OK\n", split[k].what, ran[DEFAULT],
+           ran[SPEED], ran[LEAN], ran[MEMORY]);
+  }  learn_reset();
+  static const double lean_loses[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 300, [MEMORY] = 0};
   int ran[LEARN_STRATEGIES] = {0};
   for (int i = 0; i < 300; i++) {
     int s = learn_current();
@@ -131,30 +133,12 @@ static void test_rating(void)
   }
   CHECKF(ran[LEAN] > 0 && ran[MEMORY] == 0, "lean a clear loser: lean ran %d, memory %d epochs", ran[LEAN], ran[MEMORY]);
   printf("test_learn rating: lean a clear loser, memory beyond it not explored (lean ran %d epochs): OK\n", ran[LEAN]);
-
-  /* Keeping runs whole trades faults either way: with all the cost in the
-   * OS, hoard wins a phase, then speed the next, though it keeps less. */
-  static const double hoard_os[] = {[DEFAULT] = 100, [SPEED] = 50, [LEAN] = 200, [MEMORY] = 400, [HOARD] = 10};
-  static const double speed_os[] = {[DEFAULT] = 100, [SPEED] = 10, [LEAN] = 200, [MEMORY] = 400, [HOARD] = 50};
-  learn_reset();
-  for (int phase = 0; phase < 2; phase++) {
-    const double *cost = phase == 0 ? hoard_os : speed_os;
-    int want = phase == 0 ? HOARD : SPEED, hits = 0;
-    for (int i = 0; i < 400; i++) {
-      hits += i >= 200 && learn_current() == want;
-      learn_rate(cost[learn_current()], 0);
-    }
-    CHECKF(best_rated() == want && hits >= 150, "all in the OS, phase %d: best %d, %d ran %d of the last 200 epochs",
-           phase, best_rated(), want, hits);
-    printf("test_learn rating: all in the OS, phase %d: %s won, ran %d/200 epochs: OK\n", phase,
-           phase == 0 ? "hoard" : "speed", hits);
-  }
 }
 
 static void test_pinned(int pin)
 {
   static const long knobs[LEARN_STRATEGIES][KNOB_COUNT] = {
-    {250, 256, 500, 100, 0}, {600, 1024, 600, 100, 0}, {50, 64, 100, 25, 0}, {0, 0, 0, 0, 0}, {600, 1024, 600, 100, 1}};
+    {250, 256, 500, 100}, {600, 1024, 600, 100}, {50, 64, 100, 25}, {0, 0, 0, 0}};
   for (int phase = 0; phase < 4; phase++) {
     for (int i = 0; i < 100; i++) {
       CHECKF(learn_current() == pin, "pinned strategy changed to %d", learn_current());
@@ -172,16 +156,19 @@ static void test_pinned(int pin)
   size_t cached = huge_cached_bytes();
   CHECKF(pin == MEMORY ? cached == 0 : cached >= 8 * MiB, "%zu bytes cached under strategy %d", cached, pin);
   /* a block that run cannot serve in place: speed moves its pages into the
-   * new block, hoard keeps it whole and maps the block fresh */
+   * new block; with HAKMEM_BIGCACHE_WHOLE=1 the run stays whole and the
+   * block is mapped fresh */
+  bool whole = hak_option_on(OPT_BIGCACHE_WHOLE);
   char *q = hak_malloc(24 * MiB);
   CHECK(q != NULL);
   memset(q, 2, 24 * MiB);
   size_t left = huge_cached_bytes();
-  CHECKF(pin == HOARD ? left >= 8 * MiB : pin != SPEED || left < MiB, "%zu -> %zu bytes cached under strategy %d",
-         cached, left, pin);
+  CHECKF(pin != SPEED || (whole ? left >= 8 * MiB : left < MiB), "%zu -> %zu bytes cached (speed, runs whole: %d)",
+         cached, left, whole);
   CHECK(q[0] == 2 && q[24 * MiB - 1] == 2);
   hak_free(q);
-  printf("test_learn pinned %d: strategy and knobs unchanged by 400 rated epochs: OK\n", pin);
+  printf("test_learn pinned %d: strategy and knobs unchanged by 400 rated epochs%s: OK\n", pin,
+         pin != SPEED ? "" : whole ? "; a cached run kept whole" : "; a cached run's pages moved");
 }
 
 /* Bursts of huge blocks, freed and allocated again, for ms milliseconds. */
@@ -214,17 +201,16 @@ static void test_live(int want_cache)
   burst(5000);
   int s = best_rated(); /* the one running may be an exploration */
   if (want_cache)
-    CHECKF(s == SPEED || s == DEFAULT || s == HOARD, "weight 100 (speed) settled on strategy %d", s);
+    CHECKF(s == SPEED || s == DEFAULT, "weight 100 (speed) settled on strategy %d", s);
   else
     CHECKF(s == MEMORY || s == LEAN, "weight 0 (memory) settled on strategy %d", s);
-  printf("test_learn %s: settled on strategy %d (ratings %.0f %.0f %.0f %.0f %.0f): OK\n",
-         want_cache ? "speed" : "memory", s, learn_rating(0), learn_rating(1), learn_rating(2), learn_rating(3),
-         learn_rating(4));
+  printf("test_learn %s: settled on strategy %d (ratings %.0f %.0f %.0f %.0f): OK\n", want_cache ? "speed" : "memory",
+         s, learn_rating(0), learn_rating(1), learn_rating(2), learn_rating(3));
 }
 
 static void test_idle(int speed)
 {
-  static const size_t bound[LEARN_STRATEGIES] = {256 * MiB, 1024 * MiB, 64 * MiB, 0, 1024 * MiB};
+  static const size_t bound[LEARN_STRATEGIES] = {256 * MiB, 1024 * MiB, 64 * MiB, 0};
   enum { HELD = 20 };
   char *held[HELD];
   for (int i = 0; i < HELD; i++) {
