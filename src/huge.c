@@ -79,11 +79,13 @@ static huge_header_t *huge_header(const void *p, uint8_t kind) {
   return (huge_header_t *)chunk;
 }
 
+static bool on_region(const char *p) { return ((uintptr_t)p & (REGION_SIZE - 1)) == 0; }
+
 /* Whether run e serves a mapping of need bytes in place: it starts at a
  * region boundary, holds need, and at least `least` bytes of it are
  * resident (in_place_least). */
 static bool fits_in_place(const cache_entry_t *e, size_t need, size_t least) {
-  return ((uintptr_t)e->base & (REGION_SIZE - 1)) == 0 && e->size >= need && e->resident >= least;
+  return on_region(e->base) && e->size >= need && e->resident >= least;
 }
 
 /* The resident bytes a run needs to serve need in place (under the lock):
@@ -142,21 +144,20 @@ static bool cache_take(size_t need, cache_entry_t *out, size_t *leastp) {
 
 static void cache_put(char *base, size_t size, size_t resident, bool pieced);
 
-/* Puts back what lies from off on in run e, if it can serve again: in place
- * (from a region boundary) or moved (a whole page table resident). */
-static void cache_put_tail(const cache_entry_t *e, size_t off) {
-  char *tail = e->base + off;
-  bool serves = ((uintptr_t)tail & (REGION_SIZE - 1)) == 0 || e->resident >= off + MOVE_UNIT;
-  if (e->resident > off && serves) cache_put(tail, e->size - off, e->resident - off, e->pieced);
-  else if (e->size > off) os_unmap(tail, e->size - off);
-}
-
 /* The bytes of run e that may move into a block still short of want: whole
  * page tables of its resident prefix, none unless it starts on one (see
  * MOVE_UNIT). */
 static size_t movable(const cache_entry_t *e, size_t want) {
   if ((uintptr_t)e->base & (MOVE_UNIT - 1)) return 0;
   return (e->resident < want ? e->resident : want) & ~(MOVE_UNIT - 1);
+}
+
+/* Puts back what lies from off on in run e, if it can serve again: in place
+ * (from a region boundary) or moved (movable); otherwise unmaps it. */
+static void cache_put_tail(const cache_entry_t *e, size_t off) {
+  cache_entry_t t = {e->base + off, e->size - off, e->resident > off ? e->resident - off : 0, 0, e->pieced};
+  if (t.resident && (on_region(t.base) || movable(&t, t.resident))) cache_put(t.base, t.size, t.resident, t.pieced);
+  else if (e->size > off) os_unmap(t.base, t.size);
 }
 
 /* A mapping of at least need bytes built from cached runs; sets *sizep to
