@@ -163,6 +163,18 @@ size_t os_purge(void *p, size_t size) {
   return release_in_pieces(SYS_madvise, p, size, MADV_DONTNEED) ? size : 0;
 }
 
+/* MADV_POPULATE_WRITE (Linux 5.14) faults a range in with one call: on a
+ * PVM VM a fault trapped page by page cost about 10 us, populated 3.5-4.5 us
+ * (a call, about 1 us, pays from the first page). Older kernels answer
+ * EINVAL once, and the call is not tried again. */
+#define POPULATE_WRITE 23
+static _Atomic bool populate_unsupported;
+void os_populate(void *p, size_t size) {
+  if (size == 0 || atomic_load_explicit(&populate_unsupported, memory_order_relaxed)) return;
+  if (SYS(SYS_madvise, p, size, POPULATE_WRITE, 0, 0, 0) == -EINVAL)
+    atomic_store_explicit(&populate_unsupported, true, memory_order_relaxed);
+}
+
 size_t os_move(void *p, size_t size, void *to) {
   size_t off = 0;
   COUNT_CALL();

@@ -37,6 +37,9 @@ size_t os_purge(void *p, size_t size);
 /* Resizes a mapping in place or, with may_move, anywhere page-aligned.
  * Returns the new address or NULL (the old mapping is then unchanged). */
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at);
+/* Faults [p, p+size) in at once, ahead of writes that would fault it page
+ * by page; page-aligned. A hint: it may do nothing. */
+void os_populate(void *p, size_t size);
 /* Moves the pages of [p, p+size) to [to, to+size), replacing what was
  * mapped there, in pieces (see os_unmap); page-aligned. Returns the bytes
  * moved: less than size when a piece failed, the rest then still at p. */

@@ -58,6 +58,17 @@ void slab_reset(slab_t *s) {
   __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
 }
 
+/* Faults in the pages that start in [from, to), before the carve writes
+ * its links: carved blocks go out next and are written, and one call costs
+ * less than the page faults it saves (on a PVM VM, filling 30 MiB of
+ * 16-1024 B blocks: 102 -> 60 ms; mid_large_mt at 4 threads, 3.0 -> 4.1 M
+ * cycles/s, the same faults and peak RSS). The page of from, when from is
+ * not its start, was faulted in by the carve before. */
+static void slab_populate(char *from, char *to) {
+  uintptr_t page = os_page_size(), a = ((uintptr_t)from + page - 1) & ~(page - 1), z = ((uintptr_t)to + page - 1) & ~(page - 1);
+  if (z > a) os_populate((void *)a, z - a);
+}
+
 /* Makes s->free up to n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS) of the
  * ones left (the caller checks that some are). */
 void slab_carve(slab_t *s, size_t n) {
@@ -66,6 +77,7 @@ void slab_carve(slab_t *s, size_t n) {
   char *b = s->bump, *last = b + (n - 1) * bsize;
   if (last >= s->end) last = s->end - bsize;
   n = (size_t)(last - b) / bsize + 1;
+  slab_populate(b, last + bsize);
   if (HAKMEM_SECURE) {
     s->free = carve_shuffled(s, b, n);
   } else {
