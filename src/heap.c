@@ -93,24 +93,31 @@ static void region_link_back(heap_t *heap, region_t *r) {
 }
 
 /* A span from the heap's regions: those with free units come first, so the
- * scan stops at the first full one. Room: see region_span_alloc. */
+ * scan stops at the first full one. Units still resident go out first, in
+ * any region: fresh units fault in while resident ones wait for the purger
+ * (mid_large_mt, 1 thread: 3,326 -> 3,071 faults, peak RSS 13.6 -> 12.6
+ * MiB; phases, burst2, speed pinned: 26.7-27.8 k -> 20.7-25.9 k faults).
+ * Room: see region_span_alloc. */
 slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units, size_t room) {
   slab_t *s = NULL;
   hak_lock(&heap->lock);
-  for (region_t *r = heap->regions; r && r->free_units; r = r->next) {
-    s = region_span_alloc(r, units, align_units, room);
-    if (s == NULL) continue;
-    if (r->free_units == 0 && r->next) {
-      region_unlink(heap, r);
-      region_link_back(heap, r);
+  for (int warm = 1; warm >= 0 && s == NULL; warm--) {
+    for (region_t *r = heap->regions; r && r->free_units; r = r->next) {
+      if (warm && r->dirty_units == 0) continue;
+      s = region_span_alloc(r, units, align_units, room, warm);
+      if (s == NULL) continue;
+      if (r->free_units == 0 && r->next) {
+        region_unlink(heap, r);
+        region_link_back(heap, r);
+      }
+      break;
     }
-    break;
   }
   if (s == NULL) {
     region_t *r = region_alloc(heap);
     if (r) {
       region_link_front(heap, r);
-      s = region_span_alloc(r, units, align_units, room);
+      s = region_span_alloc(r, units, align_units, room, false);
     }
   }
   hak_unlock(&heap->lock);

@@ -148,7 +148,7 @@ hak_inline char *slab_start(const slab_t *s) {
 
 region_t *region_alloc(heap_t *heap);
 void region_release(region_t *r);
-slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room);
+slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room, bool warm);
 void region_span_free(region_t *r, slab_t *s);
 bool region_span_grow(region_t *r, slab_t *s, size_t units);
 size_t region_purge(region_t *r);

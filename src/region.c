@@ -151,10 +151,13 @@ static uint64_t runs_of(uint64_t m, size_t have, size_t n) {
 }
 
 /* Finds units free units in a row, starting at a multiple of align_units,
- * and makes them a span whose head descriptor is returned. Where it can, it
- * starts the span where room units are free, so that it can grow in place. */
-slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room) {
+ * and makes them a span whose head descriptor is returned; warm: only units
+ * that are all dirty (likely still resident, so the span faults nothing).
+ * Where it can, it starts the span where room units are free, so that it
+ * can grow in place. */
+slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room, bool warm) {
   uint64_t m = runs_of(r->free_units, 1, units);
+  if (warm) m &= runs_of(r->dirty_units, 1, units);
   uint64_t roomy = room > units ? runs_of(m, units, room) : 0;
   if (align_units > 1) {
     uint64_t starts = 0;
