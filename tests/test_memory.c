@@ -5,7 +5,9 @@
  *            of where it started within one second (the background purger).
  *   trim     the same with purging off (HAKMEM_PURGE_DELAY_MS=-1, set by
  *            CTest): memory stays resident until malloc_trim(0), which must
- *            bring it back within 4 MiB at once.
+ *            bring it back within 4 MiB at once. Then a 1 MiB block goes
+ *            where one was freed after the trim (units still resident), not
+ *            where one was purged by it.
  *   threads  10,000 threads each allocate (a few hundred KiB) and exit;
  *            resident memory after the last must be within 8 MiB of what it
  *            was after the first thousand (exited threads' memory is reused).
@@ -129,8 +131,26 @@ static void test_trim(void)
   size_t rss = tu_rss();
   CHECKF(rss <= base + slot_pages + 4 * MiB, "malloc_trim(0) left %zu MiB above the start",
          mib(rss - base - slot_pages));
-  printf("test_memory trim: %zu MiB kept without purging, %zu MiB after malloc_trim(0): OK\n", mib(kept - base),
-         mib(rss > base + slot_pages ? rss - base - slot_pages : 0));
+  /* A new span takes units still resident before purged ones: x's units
+   * are purged by the trim, y's stay dirty (purging is off), so a block of
+   * their size goes where y was, whatever lies lower. The anchor keeps the
+   * region from going back to the pool empty. */
+  char *anchor = A(malloc)(64 * 1024), *x = A(malloc)(MiB), *y = A(malloc)(MiB);
+  CHECK(anchor != NULL && x != NULL && y != NULL);
+  memset(x, 1, MiB);
+  memset(y, 2, MiB);
+  A(free)(x);
+  CHECK(A(malloc_trim)(0) == 1);
+  A(free)(y);
+  char *z = A(malloc)(MiB);
+  CHECKF(z == y, "a 1 MiB block went to %p, not to the resident units of the one freed last at %p (purged: %p)",
+         (void *)z, (void *)y, (void *)x);
+  memset(z, 3, MiB);
+  CHECK(z[0] == 3 && z[MiB - 1] == 3);
+  A(free)(z);
+  A(free)(anchor);
+  printf("test_memory trim: %zu MiB kept without purging, %zu MiB after malloc_trim(0); resident units reused "
+         "first: OK\n", mib(kept - base), mib(rss > base + slot_pages ? rss - base - slot_pages : 0));
   (void)full;
 }
 
