@@ -155,7 +155,8 @@ static size_t movable(const cache_entry_t *e, size_t want) {
 /* Puts back what lies from off on in run e, if it can serve again: in place
  * (from a region boundary) or moved (movable); otherwise unmaps it. */
 static void cache_put_tail(const cache_entry_t *e, size_t off) {
-  cache_entry_t t = {e->base + off, e->size - off, e->resident > off ? e->resident - off : 0, 0, e->pieced};
+  cache_entry_t t = {.base = e->base + off, .size = e->size - off,
+                     .resident = e->resident > off ? e->resident - off : 0, .pieced = e->pieced};
   if (t.resident && (on_region(t.base) || movable(&t, t.resident))) cache_put(t.base, t.size, t.resident, t.pieced);
   else if (e->size > off) os_unmap(t.base, t.size);
 }

@@ -7,12 +7,13 @@
  * units above that (8 blocks of 32 KiB): with 8, each class's slabs kept
  * more of its free blocks out of the others' reach (mid_large_mt, 8-32 KiB,
  * peak RSS 1 thread 12.6 -> 11.4 MiB, 2 threads 23.8 -> 20.9, mimalloc 12.6
- * and 22.5; 2 % slower at 1 thread; with 2 units, 25 % slower). Blocks freed into a slab other than the
- * class's current one wait until it is current again, by then out of the
- * cache: few slabs per class keep the blocks handed out hot (random_mixed,
- * 16-1024 B, simulated 512 KiB L2 misses 3.18M -> 1.81M with 256 blocks,
- * tcmalloc's per-class lists 1.63M). A loop of 64 allocations then 64 frees
- * stays in one slab (fastpath at 8 KiB: 87.7 -> 72.6 instructions per pair). */
+ * and 22.5; 2 % slower at 1 thread; with 2 units, 25 % slower). Blocks
+ * freed into a slab other than the class's current one wait until it is
+ * current again, by then out of the cache: few slabs per class keep the
+ * blocks handed out hot (random_mixed, 16-1024 B, simulated 512 KiB L2
+ * misses 3.18M -> 1.81M with 256 blocks, tcmalloc's per-class lists 1.63M).
+ * A loop of 64 allocations then 64 frees stays in one slab (fastpath at
+ * 8 KiB: 87.7 -> 72.6 instructions per pair). */
 #include "internal.h"
 
 const uint32_t hak_class_size[NUM_CLASSES] = {

@@ -123,7 +123,8 @@ static void test_rating(void)
            ran[DEFAULT]);
     printf("test_learn rating: cost %s strategies not explored (ran %d %d %d %d): OK\n", split[k].what, ran[DEFAULT],
            ran[SPEED], ran[LEAN], ran[MEMORY]);
-  }  learn_reset();
+  }
+  learn_reset();
   static const double lean_loses[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 300, [MEMORY] = 0};
   int ran[LEARN_STRATEGIES] = {0};
   for (int i = 0; i < 300; i++) {
