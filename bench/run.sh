@@ -198,9 +198,14 @@ if [ $FASTPATH = 1 ]; then
     export BIN TMP
     fp_job() {
       local i=$1 s=$2 it=$3 lib=$4
-      LD_PRELOAD="$lib" valgrind --tool=callgrind --trace-children=no --callgrind-out-file=/dev/null \
-        "$BIN/fastpath" size="$s" iters="$it" >"$TMP/fp.$i.$s.$it" 2>&1
-      echo "rc=$?" >>"$TMP/fp.$i.$s.$it"
+      local f=$TMP/fp.$i.$s.$it
+      LD_PRELOAD="$lib" valgrind --tool=callgrind --trace-children=no --callgrind-out-file="$f.cg" \
+        "$BIN/fastpath" size="$s" iters="$it" >"$f" 2>&1
+      echo "rc=$?" >>"$f"
+      # main's own instructions (the loop, with the PLT jumps callgrind folds
+      # into the caller): what is left of the count is the allocator's
+      echo "main_ir=$(callgrind_annotate --inclusive=no "$f.cg" 2>/dev/null | awk '/:main \[/ { gsub(",", "", $1); print $1; exit }')" >>"$f"
+      rm -f "$f.cg"
     }
     export -f fp_job
     while read -r i s it; do printf '%s\0%s\0%s\0%s\0' "$i" "$s" "$it" "${LIBS[$i]}"; done <"$TMP/jobs" |
@@ -213,17 +218,21 @@ if [ $FASTPATH = 1 ]; then
         c1=$(grep -o 'Collected : [0-9]*' "$f1" | grep -o '[0-9]*$') c2=$(grep -o 'Collected : [0-9]*' "$f2" | grep -o '[0-9]*$')
         if [ -n "$c1" ] && [ -n "$c2" ] && grep -q check=ok "$f1" && grep -q check=ok "$f2"; then
           ipp=$(awk -v a="$c1" -v b="$c2" -v n=$((64 * (FP_N2 - FP_N1))) 'BEGIN { printf "%.1f", (b - a) / n }') st=ok
+          m1=$(sed -n 's/^main_ir=\([0-9][0-9]*\)$/\1/p' "$f1") m2=$(sed -n 's/^main_ir=\([0-9][0-9]*\)$/\1/p' "$f2")
+          app=
+          [ -n "$m1" ] && [ -n "$m2" ] &&
+            app=$(awk -v a="$((c1 - m1))" -v b="$((c2 - m2))" -v n=$((64 * (FP_N2 - FP_N1))) 'BEGIN { printf "%.1f", (b - a) / n }')
         else
-          ipp= st=FAIL
+          ipp= app= st=FAIL
         fi
         # the preload must apply inside valgrind: malloc must resolve into the preloaded library
         lib=${LIBS[$i]}
         if [ $st = ok ] && [ -n "$lib" ] && ! grep -q "malloc_from=$(basename "$lib")" "$f2"; then
           st=FAIL; echo "run.sh: $a: LD_PRELOAD did not apply under valgrind ($(grep -o 'malloc_from=[^ ]*' "$f2"))" >&2
         fi
-        res="bench=fastpath-callgrind size=$s iters1=$FP_N1 iters2=$FP_N2 collected1=$c1 collected2=$c2 instr_per_pair=$ipp $(grep -o 'malloc_from=[^ ]*' "$f2")"
+        res="bench=fastpath-callgrind size=$s iters1=$FP_N1 iters2=$FP_N2 collected1=$c1 collected2=$c2 instr_per_pair=$ipp alloc_per_pair=${app:-n/a} $(grep -o 'malloc_from=[^ ]*' "$f2")"
         echo "$MODE,1,fastpath,$(csvq "$s B"),$a,$st,,,,$(csvq "$res")," >>"$CSV"
-        printf '[fastpath] %-9s %5s B  %s instructions per malloc+free pair\n' "$a" "$s" "${ipp:-FAIL}" >&2
+        printf '[fastpath] %-9s %5s B  %s instructions per malloc+free pair, %s in the allocator\n' "$a" "$s" "${ipp:-FAIL}" "${app:-?}" >&2
       done
     done
   fi

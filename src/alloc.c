@@ -74,9 +74,9 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
 
 hak_inline void free_inline(void *p) {
   heap_t *heap = heap_get();
-  if (likely(region_map_kind(p) == MAP_REGION)) {
+  if (likely(region_map_is_region(p))) {
     slab_t *s = slab_of(p);
-    if (likely(slab_owner(s) == (uintptr_t)heap)) {
+    if (likely(slab_owned_by(s, heap))) {
       block_t *b = p;
       secure_on_free(s, b);
       block_set_next(s, b, s->free);

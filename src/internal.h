@@ -135,6 +135,32 @@ hak_inline uint8_t region_map_kind(const void *p) {
   size_t i = region_map_index(p);
   return i < MAP_ENTRIES ? __atomic_load_n(&hak_region_map[i], __ATOMIC_RELAXED) : MAP_NONE;
 }
+
+/* Free's two tests compare a relaxed atomic in memory: one instruction on
+ * x86-64, where an aligned load is atomic (the compiler would load an atomic
+ * into a register first). Sanitizers see the C loads instead. */
+#if defined(__x86_64__) && !HAK_UNDER_SANITIZER
+#define HAK_ASM_EQ 1
+#else
+#define HAK_ASM_EQ 0
+#endif
+#define hak_asm_eq(sfx, x, v)                                                    \
+  __extension__({                                                                \
+    bool eq_;                                                                    \
+    __asm__("cmp" sfx " %2, %1" : "=@cce"(eq_) : "m"(x), "ri"(v));               \
+    eq_;                                                                         \
+  })
+
+/* Whether p lies in a region: free's first test. */
+hak_inline bool region_map_is_region(const void *p) {
+  size_t i = region_map_index(p);
+  if (i >= MAP_ENTRIES) return false;
+#if HAK_ASM_EQ
+  return hak_asm_eq("b", hak_region_map[i], MAP_REGION);
+#else
+  return __atomic_load_n(&hak_region_map[i], __ATOMIC_RELAXED) == MAP_REGION;
+#endif
+}
 hak_inline slab_t *slab_of(const void *p) {
   region_t *r = region_of(p);
   return r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)].head;
@@ -228,6 +254,14 @@ extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
 hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
 hak_inline uintptr_t slab_owner(const slab_t *s) {
   return atomic_load_explicit(&s->owner, memory_order_relaxed);
+}
+/* Whether heap owns s with no flag set: free's owner test. */
+hak_inline bool slab_owned_by(const slab_t *s, const heap_t *heap) {
+#if HAK_ASM_EQ
+  return hak_asm_eq("q", s->owner, (uintptr_t)heap);
+#else
+  return slab_owner(s) == (uintptr_t)heap;
+#endif
 }
 hak_inline heap_t *slab_heap(const slab_t *s) {
   return (heap_t *)(slab_owner(s) & ~(uintptr_t)SLAB_F_MASK);
