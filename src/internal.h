@@ -103,7 +103,7 @@ typedef struct slab_s {
                                             blocks are free but off the list */
   uint32_t sparse_seen;          /* used | SPARSE_SEEN when its pages were last looked at */
   /* other threads' */
-  _Alignas(64) _Atomic(block_t *) remote; /* other threads push here */
+  _Alignas(64) _Atomic uint64_t remote; /* other threads push here: see slab_free_remote */
   struct slab_s *remote_next;    /* heap's stack of slabs with remote frees */
 } slab_t;
 

@@ -32,7 +32,7 @@ static void *large_span_alloc(heap_t *heap, size_t size, size_t room, size_t ali
   s->capacity = 1;
   s->used = 1;
   s->free = NULL;
-  atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
+  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   s->bump = s->end = NULL;
   s->queued = 0;
   atomic_store_explicit(&s->owner, (uintptr_t)heap | SLAB_F_SLOW, memory_order_release);

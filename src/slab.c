@@ -9,7 +9,7 @@
 void slab_init(slab_t *s, heap_t *heap, unsigned cls, size_t units) {
   size_t bsize = hak_class_size[cls], bytes = units * UNIT_SIZE;
   s->free = NULL;
-  atomic_store_explicit(&s->remote, NULL, memory_order_relaxed);
+  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   s->used = 0;
   s->purged[0] = s->purged[1] = 0;
   s->sparse_seen = 0;
@@ -172,13 +172,31 @@ void slab_unpurge(slab_t *s) {
 
 /* Another thread frees b: push it, and when the list was empty tell the
  * owning heap (whose collector then visits this slab once). */
+/* The remote word packs the list's head and tail, as offsets in the region
+ * (0: the list is empty), and its length: the owner takes the list whole,
+ * with no walk to count it and find its tail. The walk was a cache miss per
+ * block, on lines the freeing thread had just written. */
+#define REMOTE_OFF_BITS 22 /* log2 REGION_SIZE */
+#define REMOTE_OFF_MASK ((UINT64_C(1) << REMOTE_OFF_BITS) - 1)
+#define REMOTE_TAIL_SHIFT REMOTE_OFF_BITS
+#define REMOTE_COUNT_SHIFT (2 * REMOTE_OFF_BITS)
+_Static_assert(REGION_SIZE == UINT64_C(1) << REMOTE_OFF_BITS, "remote offsets span a region");
+_Static_assert(REGION_SIZE / 8 < UINT64_C(1) << (64 - REMOTE_COUNT_SHIFT), "remote count holds a region's blocks");
+
+static block_t *remote_block(const slab_t *s, uint64_t off) {
+  return off ? (block_t *)((char *)region_of(s) + off) : NULL;
+}
+
 void slab_free_remote(slab_t *s, block_t *b) {
-  block_t *head = atomic_load_explicit(&s->remote, memory_order_relaxed);
+  uint64_t off = (uint64_t)((char *)b - (char *)region_of(s));
+  uint64_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), new;
   do {
-    block_set_next(s, b, head);
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &head, b, memory_order_acq_rel,
-                                                  memory_order_relaxed));
-  if (head != NULL) return;
+    block_set_next(s, b, remote_block(s, old & REMOTE_OFF_MASK));
+    /* the first block pushed onto an empty list is its tail */
+    uint64_t tail = old ? old & (REMOTE_OFF_MASK << REMOTE_TAIL_SHIFT) : off << REMOTE_TAIL_SHIFT;
+    new = off | tail | ((old >> REMOTE_COUNT_SHIFT) + 1) << REMOTE_COUNT_SHIFT;
+  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, new, memory_order_acq_rel, memory_order_relaxed));
+  if (old != 0) return;
   heap_t *heap = slab_heap(s);
   slab_t *top = atomic_load_explicit(&heap->remote_slabs, memory_order_relaxed);
   do {
@@ -187,17 +205,27 @@ void slab_free_remote(slab_t *s, block_t *b) {
                                                   memory_order_relaxed));
 }
 
+/* The length of a remote list, walked; 0 if it does not end at tail. */
+static size_t remote_count(const slab_t *s, block_t *list, block_t *tail) {
+  size_t n = 1;
+  for (; list != tail; n++)
+    if ((list = block_next(s, list)) == NULL) return 0;
+  return block_next(s, tail) == NULL ? n : 0;
+}
+
 /* Owner only, and only for a slab taken off the heap's remote stack: moves
  * the remote list to the free list. Returns the number of blocks moved. */
 size_t slab_collect_remote(slab_t *s) {
   /* acq_rel: the caller's read of remote_next must happen before a pusher
    * that sees the emptied list links s onto the heap's stack again. */
-  block_t *list = atomic_exchange_explicit(&s->remote, NULL, memory_order_acq_rel);
-  if (list == NULL) return 0;
-  size_t n = 1;
-  block_t *tail = list;
-  for (block_t *next; (next = block_next(s, tail)) != NULL; tail = next) n++;
-  block_set_next(s, tail, s->free);
+  uint64_t w = atomic_exchange_explicit(&s->remote, 0, memory_order_acq_rel);
+  if (w == 0) return 0;
+  block_t *list = remote_block(s, w & REMOTE_OFF_MASK);
+  block_t *tail = remote_block(s, w >> REMOTE_TAIL_SHIFT & REMOTE_OFF_MASK);
+  size_t n = (size_t)(w >> REMOTE_COUNT_SHIFT);
+  hak_assert(list != NULL && tail != NULL && n > 0);
+  hak_assert_expensive(remote_count(s, list, tail) == n);
+  if (s->free) block_set_next(s, tail, s->free); /* else it ends the list already */
   s->free = list;
   hak_assert(s->used >= n);
   s->used -= (uint32_t)n;
