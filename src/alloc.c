@@ -42,13 +42,24 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
   return NULL;
 }
 
+/* A tiny block's next one is fetched for writing (prefetch_write): mid
+ * blocks lost 2 % by it (mid_large_mt), tiny ones passed between threads
+ * gained 8 % (cross_thread). */
 hak_inline void *alloc_inline(size_t size) {
   heap_t *heap = heap_get();
-  slab_t *s = &hak_slab_empty;
+  slab_t *s;
   size = secure_min_size(size);
-  if (likely(size <= TINY_MAX)) s = heap->direct[(size + 7) >> 3];
-  else if (size <= SMALL_MAX) s = heap->active[hak_mid_class[(size + 127) >> 7]];
-  if (likely(s->free != NULL)) return slab_pop(s);
+  if (likely(size <= TINY_MAX)) {
+    s = heap->direct[(size + 7) >> 3];
+    if (likely(s->free != NULL)) {
+      void *p = slab_pop(s);
+      prefetch_write(s->free);
+      return p;
+    }
+  } else if (size <= SMALL_MAX) {
+    s = heap->active[hak_mid_class[(size + 127) >> 7]];
+    if (likely(s->free != NULL)) return slab_pop(s);
+  }
   return alloc_slow(size, heap, 0, false);
 }
 
