@@ -151,19 +151,6 @@ hak_inline uint8_t region_map_kind(const void *p) {
     eq_;                                                                         \
   })
 
-/* Fetches p's line for writing (p may be NULL): malloc's next block, which
- * the program writes at once. A block another thread freed sits dirty in its
- * cache, and one transfer for writing costs less than a read and then an
- * upgrade. prefetchw is a NOP on x86-64 CPUs without it; without -mprfchw
- * the compiler would emit a read prefetch. */
-hak_inline void prefetch_write(const void *p) {
-#if defined(__x86_64__)
-  __asm__("prefetchw (%0)" : : "r"(p));
-#else
-  __builtin_prefetch(p, 1);
-#endif
-}
-
 /* Whether p lies in a region: free's first test. */
 hak_inline bool region_map_is_region(const void *p) {
   size_t i = region_map_index(p);
@@ -263,6 +250,19 @@ struct heap_s {
 extern slab_t hak_slab_empty;
 extern heap_t hak_heap_empty;
 extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+
+/* Fetches p's line for writing (p may be NULL): malloc's next block, which
+ * the program writes at once. A block another thread freed sits dirty in its
+ * cache, and one transfer for writing costs less than a read and then an
+ * upgrade. prefetchw is a NOP on x86-64 CPUs without it; without -mprfchw
+ * the compiler would emit a read prefetch. */
+hak_inline void prefetch_write(const void *p) {
+#if defined(__x86_64__)
+  __asm__("prefetchw (%0)" : : "r"(p));
+#else
+  __builtin_prefetch(p, 1);
+#endif
+}
 
 hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
 hak_inline uintptr_t slab_owner(const slab_t *s) {

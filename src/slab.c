@@ -170,8 +170,6 @@ void slab_unpurge(slab_t *s) {
   s->sparse_seen = 0;
 }
 
-/* Another thread frees b: push it, and when the list was empty tell the
- * owning heap (whose collector then visits this slab once). */
 /* The remote word packs the list's head and tail, as offsets in the region
  * (0: the list is empty), and its length: the owner takes the list whole,
  * with no walk to count it and find its tail. The walk was a cache miss per
@@ -187,6 +185,8 @@ static block_t *remote_block(const slab_t *s, uint64_t off) {
   return off ? (block_t *)((char *)region_of(s) + off) : NULL;
 }
 
+/* Another thread frees b: push it, and when the list was empty tell the
+ * owning heap (whose collector then visits this slab once). */
 void slab_free_remote(slab_t *s, block_t *b) {
   uint64_t off = (uint64_t)((char *)b - (char *)region_of(s));
   uint64_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), new;
