@@ -189,8 +189,8 @@ static char *cache_assemble(size_t need, bool growing, size_t *sizep, size_t *re
     size_t keep = (need + REGION_SIZE - 1) & ~(REGION_SIZE - 1);
     if (e.size <= 2 * need || keep >= e.size) keep = e.size;
     else cache_put_tail(&e, keep);
-    size_t page = os_page_size(), resident = e.resident < keep ? e.resident : keep;
-    size_t slack = (need / 100 * (size_t)learn_knob(KNOB_HUGE_SLACK_PCT) + page - 1) & ~(page - 1);
+    size_t resident = e.resident < keep ? e.resident : keep;
+    size_t slack = os_page_round(need / 100 * (size_t)learn_knob(KNOB_HUGE_SLACK_PCT));
     if (resident > need + slack && !growing) {
       os_purge(e.base + need + slack, resident - need - slack);
       resident = need + slack;
@@ -318,7 +318,7 @@ void *huge_alloc(size_t size, size_t align, bool zero, bool growing) {
   h->pieced = pieced;
   /* a larger cached run is not handed out whole: like a size class, at most
    * a quarter more than asked */
-  size_t cap = (size + size / 4 + page - 1) & ~(page - 1), room = cached ? map_size : need;
+  size_t cap = os_page_round(size + size / 4), room = cached ? map_size : need;
   h->usable = room - offset < cap ? room - offset : cap;
   h->resident = resident > need ? resident : need;
   if (zero && cached) memset(h->block, 0, size);
@@ -362,8 +362,8 @@ size_t huge_usable_size(const void *p) {
 void *huge_realloc(void *p, size_t size) {
   huge_header_t *h = huge_lookup(p);
   if (h == NULL || region_map_kind(p) != MAP_HUGE) return NULL;
-  size_t page = os_page_size(), offset = (size_t)(h->block - (char *)h);
-  size_t need = (offset + size + page - 1) & ~(page - 1);
+  size_t offset = (size_t)(h->block - (char *)h);
+  size_t need = os_page_round(offset + size);
   if (need < size) return NULL;
   size_t old = h->map_size, old_usable = h->usable, old_resident = h->resident;
   /* Only a shrink gives the tail back: a block taken from the BigCache can be

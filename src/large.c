@@ -9,13 +9,6 @@
 #include "learn.h"
 #include "stats.h"
 
-/* A large block's usable size is its size rounded to pages: the span's
- * remaining pages are never touched, so they cost address space only. */
-static size_t page_round(size_t size) {
-  size_t page = os_page_size();
-  return (size + page - 1) & ~(page - 1);
-}
-
 /* A block of size bytes placed, where a region has them, before free units
  * up to room bytes, so that it can grow in place. */
 static void *large_span_alloc(heap_t *heap, size_t size, size_t room, size_t align, bool zero) {
@@ -28,7 +21,9 @@ static void *large_span_alloc(heap_t *heap, size_t size, size_t room, size_t ali
   if (s == NULL) return NULL;
   s->kind = SLAB_LARGE;
   s->cls = 0;
-  s->bsize = (uint32_t)page_round(size ? size : 1);
+  /* usable size: rounded to pages, the span's remaining pages are never
+   * touched, so they cost address space only */
+  s->bsize = (uint32_t)os_page_round(size ? size : 1);
   s->capacity = 1;
   s->used = 1;
   s->free = NULL;
@@ -65,7 +60,7 @@ bool large_resize_in_place(heap_t *heap, slab_t *s, size_t size) {
   size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
   if (slab_heap(s) != heap || (units > s->units && !heap_span_grow(heap, s, units))) return false;
   stat_free(STAT_ROW_LARGE, s->bsize, true);
-  s->bsize = (uint32_t)page_round(size);
+  s->bsize = (uint32_t)os_page_round(size);
   stat_alloc(STAT_ROW_LARGE, s->bsize);
   return true;
 }

@@ -101,6 +101,11 @@ size_t os_page_size(void) {
   return page_size_cached;
 }
 
+size_t os_page_round(size_t size) {
+  size_t page = os_page_size();
+  return (size + page - 1) & ~(page - 1);
+}
+
 void *os_map_aligned(size_t size, size_t align) {
   /* Try the exact size first: the kernel often hands out neighbouring,
    * already aligned addresses. Otherwise over-map and trim both ends. */

@@ -65,7 +65,7 @@ void slab_reset(slab_t *s) {
  * cycles/s, the same faults and peak RSS). The page of from, when from is
  * not its start, was faulted in by the carve before. */
 static void slab_populate(char *from, char *to) {
-  uintptr_t page = os_page_size(), a = ((uintptr_t)from + page - 1) & ~(page - 1), z = ((uintptr_t)to + page - 1) & ~(page - 1);
+  uintptr_t a = os_page_round((uintptr_t)from), z = os_page_round((uintptr_t)to);
   if (z > a) os_populate((void *)a, z - a);
 }
 
