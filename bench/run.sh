@@ -208,6 +208,8 @@ if [ $FASTPATH = 1 ]; then
       rm -f "$f.cg"
     }
     export -f fp_job
+    # instructions per pair between the two runs' counts
+    per_pair() { awk -v a="$1" -v b="$2" -v n=$((64 * (FP_N2 - FP_N1))) 'BEGIN { printf "%.1f", (b - a) / n }'; }
     while read -r i s it; do printf '%s\0%s\0%s\0%s\0' "$i" "$s" "$it" "${LIBS[$i]}"; done <"$TMP/jobs" |
       xargs -0 -n 4 -P "$(nproc)" bash -c 'fp_job "$@"' _
     for i in "${!ALLOCS[@]}"; do
@@ -217,11 +219,10 @@ if [ $FASTPATH = 1 ]; then
         f1=$TMP/fp.$i.$s.$FP_N1 f2=$TMP/fp.$i.$s.$FP_N2
         c1=$(grep -o 'Collected : [0-9]*' "$f1" | grep -o '[0-9]*$') c2=$(grep -o 'Collected : [0-9]*' "$f2" | grep -o '[0-9]*$')
         if [ -n "$c1" ] && [ -n "$c2" ] && grep -q check=ok "$f1" && grep -q check=ok "$f2"; then
-          ipp=$(awk -v a="$c1" -v b="$c2" -v n=$((64 * (FP_N2 - FP_N1))) 'BEGIN { printf "%.1f", (b - a) / n }') st=ok
+          ipp=$(per_pair "$c1" "$c2") st=ok
           m1=$(sed -n 's/^main_ir=\([0-9][0-9]*\)$/\1/p' "$f1") m2=$(sed -n 's/^main_ir=\([0-9][0-9]*\)$/\1/p' "$f2")
           app=
-          [ -n "$m1" ] && [ -n "$m2" ] &&
-            app=$(awk -v a="$((c1 - m1))" -v b="$((c2 - m2))" -v n=$((64 * (FP_N2 - FP_N1))) 'BEGIN { printf "%.1f", (b - a) / n }')
+          [ -n "$m1" ] && [ -n "$m2" ] && app=$(per_pair $((c1 - m1)) $((c2 - m2)))
         else
           ipp= app= st=FAIL
         fi

@@ -153,12 +153,11 @@ hak_inline uint8_t region_map_kind(const void *p) {
 
 /* Whether p lies in a region: free's first test. */
 hak_inline bool region_map_is_region(const void *p) {
-  size_t i = region_map_index(p);
-  if (i >= MAP_ENTRIES) return false;
 #if HAK_ASM_EQ
-  return hak_asm_eq("b", hak_region_map[i], MAP_REGION);
+  size_t i = region_map_index(p);
+  return i < MAP_ENTRIES && hak_asm_eq("b", hak_region_map[i], MAP_REGION);
 #else
-  return __atomic_load_n(&hak_region_map[i], __ATOMIC_RELAXED) == MAP_REGION;
+  return region_map_kind(p) == MAP_REGION;
 #endif
 }
 hak_inline slab_t *slab_of(const void *p) {
