@@ -377,7 +377,13 @@ def rel_glibc(key, s):
 
 
 plain = lambda key, s: None if not s or s["fails"] or s["med"] is None else s["med"]
-panels = [("latest-speed.dat", speed, "ops_per_sec", lambda k: k[0].replace("_", "-") + (" " + k[1].split(", ")[-1] if k[0] == "mid_large_mt" else ""), rel_glibc,
+def speed_label(k):  # the workload, and its threads (and mid_large_mt's cycles) where it has several cases
+    parts = k[1].split(", ")
+    many = sum(c[0] == k[0] for c in speed) > 1
+    return k[0].replace("_", "-") + (" " + parts[0] if many else "") + (" " + parts[-1] if k[0] == "mid_large_mt" else "")
+
+
+panels = [("latest-speed.dat", speed, "ops_per_sec", speed_label, rel_glibc,
            "Throughput relative to glibc (higher is better)", "x glibc", ""),
           ("latest-mem.dat", memory, "overhead_pct", lambda k: k[1], plain,
            "Resident overhead over requested bytes (lower is better)", "overhead %", "%.1f"),

@@ -7,6 +7,7 @@
 #
 #   bench/run.sh --quick          1 round, small sizes, 0.25 s phases (< 1 minute)
 #   bench/run.sh --full           5 rounds (phases: 3 rounds of 1 s phases), reference sizes (appends history.md)
+#   bench/run.sh --scale          3 rounds of the threaded workloads at 4, 8 and 16 threads (a many-core machine)
 #   options: --rounds N  --build DIR (default: build)  --out DIR (default: bench/results)
 #            --only "larson memory ..."  (workload names)   --no-fastpath
 #
@@ -20,17 +21,18 @@ while [ $# -gt 0 ]; do
   case $1 in
     --quick) MODE=quick ;;
     --full) MODE=full ;;
+    --scale) MODE=scale ;;
     --rounds) ROUNDS=$2; shift ;;
     --build) BUILD=$(cd "$2" && pwd); shift ;;
     --out) OUT=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --no-fastpath) FASTPATH=0 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
-[ -n "$ROUNDS" ] || { [ $MODE = full ] && ROUNDS=5 || ROUNDS=1; }
+[ -n "$ROUNDS" ] || case $MODE in full) ROUNDS=5 ;; scale) ROUNDS=3 ;; *) ROUNDS=1 ;; esac
 BIN=$BUILD/bench
 mkdir -p "$OUT"
 WORKLOADS="larson random_mixed mid_large_mt memory cross_thread realloc large fastpath phases"
@@ -124,6 +126,14 @@ if [ $MODE = full ]; then
     "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1"
     "phases|6 phases x 1 s|phase=1.0 seed=1|3")
   FP_N1=1000 FP_N2=21000
+elif [ $MODE = scale ]; then # the threaded cases at more threads (cross_thread: threads / 2 pairs; mid_large_mt
+  # runs 300k cycles, not 60k: on a 16-core VM, 60k-cycle runs (30-50 ms) spread over 3x)
+  CASES=()
+  for t in 4 8 16; do CASES+=("larson|$t thr, 8-1024 B, 1 s|seconds=1 threads=$t min=8 max=1024 chunks=1000 rounds=100 seed=1"); done
+  for t in 4 8 16; do CASES+=("random_mixed|$t thr, 16-1024 B, 2048 slots|threads=$t slots=2048 steps=5000000 min=16 max=1024 seed=1"); done
+  for t in 4 8 16; do CASES+=("mid_large_mt|$t thr, 8-32 KiB, 256 slots, 300k cycles|threads=$t cycles=300000 slots=256 seed=1"); done
+  for t in 4 8 16; do CASES+=("cross_thread|$((t / 2)) pairs, 16-1024 B|pairs=$((t / 2)) blocks=5000000 min=16 max=1024 ring=1024 seed=1"); done
+  FASTPATH=0
 else # quick: same shapes, smaller counts (same parameters as the CTest quick forms)
   CASES=(
     "larson|4 thr, 8-1024 B, 0.5 s|seconds=0.5 threads=4 min=8 max=1024 chunks=1000 rounds=100 seed=1"

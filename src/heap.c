@@ -24,6 +24,7 @@ __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_
 hak_lock_t hak_lock_heaps;
 static heap_t *abandoned; /* under hak_lock_heaps */
 static heap_t *_Atomic all_heaps; /* append-only */
+static _Atomic unsigned heaps_running; /* heaps with a live thread */
 static char *meta_next, *meta_end;
 static pthread_key_t heap_key;
 
@@ -370,6 +371,7 @@ heap_t *heap_init_thread(void) {
   }
   hak_tls_heap = h;
   pthread_setspecific(heap_key, h);
+  atomic_fetch_add_explicit(&heaps_running, 1, memory_order_relaxed);
   return h;
 }
 
@@ -429,8 +431,14 @@ bool heaps_purge_due(uint64_t now, uint64_t delay) {
   return pending;
 }
 
+unsigned heap_threads_running(void) { return atomic_load_explicit(&heaps_running, memory_order_relaxed); }
+
+/* Only the forking thread runs in the child; the other heaps stay held. */
+void heap_fork_child(void) { atomic_store_explicit(&heaps_running, 1, memory_order_relaxed); }
+
 void heap_abandon(heap_t *heap) {
   if (heap == &hak_heap_empty) return;
+  atomic_fetch_sub_explicit(&heaps_running, 1, memory_order_relaxed);
   heap_trim(heap);
   hak_lock(&hak_lock_heaps);
   heap->next_abandoned = abandoned;

@@ -41,6 +41,7 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
   fork_parent();
+  heap_fork_child();
   purge_fork_child();
   learn_fork_child();
 }

@@ -317,6 +317,8 @@ void heap_collect_remote(heap_t *heap);
 slab_t *heap_span_alloc(heap_t *heap, size_t units, size_t align_units, size_t room);
 size_t heap_trim(heap_t *heap);
 void heap_abandon(heap_t *heap);
+/* Threads that hold a heap now (a heap is abandoned at its thread's exit). */
+unsigned heap_threads_running(void);
 size_t heap_trim_abandoned(void);
 bool heap_span_grow(heap_t *heap, slab_t *s, size_t units);
 bool heaps_purge_due(uint64_t now, uint64_t delay);

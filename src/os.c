@@ -101,6 +101,19 @@ size_t os_page_size(void) {
   return page_size_cached;
 }
 
+unsigned os_cpu_count(void) {
+  static _Atomic unsigned cached;
+  unsigned n = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (n == 0) {
+    uint64_t mask[16] = {0}; /* 1024 processors */
+    long bytes = SYS(SYS_sched_getaffinity, 0, sizeof mask, mask, 0, 0, 0);
+    for (long i = 0; i < bytes / 8; i++) n += (unsigned)__builtin_popcountll(mask[i]);
+    if (n == 0) n = 1;
+    atomic_store_explicit(&cached, n, memory_order_relaxed);
+  }
+  return n;
+}
+
 size_t os_page_round(size_t size) {
   size_t page = os_page_size();
   return (size + page - 1) & ~(page - 1);

@@ -48,6 +48,8 @@ size_t os_move(void *p, size_t size, void *to);
 void os_write_stderr(const char *s, size_t len);
 void os_write_fd(int fd, const char *s, size_t len);
 size_t os_page_size(void);
+/* Processors this process may run on (its affinity mask), at least 1. */
+unsigned os_cpu_count(void);
 /* size rounded up to whole pages (0 if that overflows) */
 size_t os_page_round(size_t size);
 uint64_t os_now_ms(void);

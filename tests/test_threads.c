@@ -15,6 +15,10 @@
  * (d) hak_thread_done: a thread hands its heap back early, frees its own old
  *     blocks and keeps allocating; another thread frees blocks of a thread
  *     that already exited.
+ * With the hak_ API, each part also checks the allocator's count of threads
+ * holding a heap (it decides whether carves populate their pages): down at
+ * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
+ * child; and its processor count against sched_getaffinity.
  *
  * Usage: test_threads [churn-threads] [forks]
  * Calls the hak_ API when compiled with -DUSE_HAK_API, else the standard names.
@@ -26,6 +30,18 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
+
+#ifdef USE_HAK_API
+#include <sched.h>
+
+#include "../src/internal.h"
+#define RUNNING() ((int)heap_threads_running())
+#define CHECK_RUNNING(n)                                                                                            \
+  CHECKF(RUNNING() == (n), "%d threads hold a heap, expected %d", RUNNING(), (n))
+#else
+#define RUNNING() 0
+#define CHECK_RUNNING(n) ((void)(n))
+#endif
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
@@ -92,6 +108,7 @@ static void test_churn(int nthreads)
   churn_arg_t *args = A(calloc)(WAVE, sizeof *args);
   CHECK(args != NULL);
   size_t rss0 = tu_rss(), rss_early = 0;
+  int running = RUNNING();
   for (int base = 0; base < nthreads; base += WAVE) {
     pthread_t th[WAVE];
     int n = nthreads - base < WAVE ? nthreads - base : WAVE;
@@ -100,6 +117,7 @@ static void test_churn(int nthreads)
       CHECK(pthread_create(&th[i], NULL, churn_thread, &args[i]) == 0);
     }
     for (int i = 0; i < n; i++) CHECK(pthread_join(th[i], NULL) == 0);
+    CHECK_RUNNING(running);
     /* The threads are gone: free what they handed over. */
     for (int i = 0; i < n; i++)
       for (int k = 0; k < CHURN_BLOCKS / 2; k++) blk_free(&args[i].handed[k], "churn handed block");
@@ -199,6 +217,7 @@ static void *load_thread(void *arg)
 static void fork_child(int round)
 {
   alarm(20);
+  CHECK_RUNNING(1);
   /* Blocks from the parent's threads, which do not exist here. */
   for (int k = 0; k < FORK_WORKERS; k++)
     for (int i = 0; i < PREFORK; i++) blk_free(&prefork[k][i], "child frees parent thread's block");
@@ -261,13 +280,17 @@ static void *thread_done_user(void *arg)
   blk_t b[500];
   for (int i = 0; i < 500; i++) blk_alloc(&b[i], mixed_size(&r), 6000000 + (uint64_t)i);
   for (int i = 0; i < 500; i++) blk_alloc(&early[i], mixed_size(&r), 6100000 + (uint64_t)i);
+  int running = RUNNING();
   hak_thread_done();
+  CHECK_RUNNING(running - 1);
   /* Our old blocks now sit in abandoned slabs: freeing them must work. */
   for (int i = 0; i < 500; i += 2) blk_free(&b[i], "own block after hak_thread_done");
   /* And the thread keeps working. */
   for (int i = 0; i < 500; i += 2) blk_alloc(&b[i], mixed_size(&r), 6200000 + (uint64_t)i);
+  CHECK_RUNNING(running);
   hak_thread_done();
   hak_thread_done();
+  CHECK_RUNNING(running - 1);
   for (int i = 0; i < 500; i++) blk_free(&b[i], "block after second hak_thread_done");
   return NULL;
 }
@@ -302,6 +325,12 @@ int main(int argc, char **argv)
   int churn = argc > 1 ? atoi(argv[1]) : 1000;
   int forks = argc > 2 ? atoi(argv[2]) : 50;
   double t0 = tu_now();
+#ifdef USE_HAK_API
+  cpu_set_t set;
+  CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+  CHECKF(os_cpu_count() == (unsigned)CPU_COUNT(&set), "os_cpu_count %u, sched_getaffinity %d", os_cpu_count(),
+         CPU_COUNT(&set));
+#endif
   test_orphans();
   test_thread_done();
   test_churn(churn);
