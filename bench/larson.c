@@ -18,8 +18,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* A lane has a cache line of its own, and its worker keeps the per-step state
+ * (rng, counters) in locals: lanes that share a line measured the allocator's
+ * placement of this array (see worker_t in bench.h). */
 typedef struct {
-    void **ptr;
+    _Alignas(64) void **ptr;
     size_t *size;
     uint64_t *tag;
     uint64_t rng, ops, next_tag;
@@ -33,28 +36,31 @@ static atomic_int g_stop, g_lanes_done;
 static void *worker(void *arg)
 {
     lane_t *L = arg;
-    uint64_t n = g_rounds * g_chunks;
+    uint64_t n = g_rounds * g_chunks, rng = L->rng, ops = L->ops, next_tag = L->next_tag;
     for (uint64_t i = 0; i < n && !atomic_load_explicit(&g_stop, memory_order_relaxed); i++) {
-        size_t v = (size_t)(rng_next(&L->rng) % g_chunks);
+        size_t v = (size_t)(rng_next(&rng) % g_chunks);
         if (!block_check(L->ptr[v], L->size[v], L->tag[v])) {
             L->failed = 1;
             atomic_store(&g_stop, 1);
             break;
         }
         free(L->ptr[v]);
-        size_t sz = rng_range(&L->rng, g_min, g_max);
+        size_t sz = rng_range(&rng, g_min, g_max);
         void *p = malloc(sz);
         if (!p) {
             L->failed = 1;
             atomic_store(&g_stop, 1);
             break;
         }
-        L->tag[v] = L->next_tag++;
+        L->tag[v] = next_tag++;
         block_fill(p, sz, L->tag[v]);
         L->ptr[v] = p;
         L->size[v] = sz;
-        L->ops++;
+        ops++;
     }
+    L->rng = rng;
+    L->ops = ops;
+    L->next_tag = next_tag;
     pthread_t next;
     pthread_attr_t at;
     pthread_attr_init(&at);
@@ -80,8 +86,9 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    lane_t *lanes = calloc((size_t)threads, sizeof *lanes);
+    lane_t *lanes = aligned_alloc(64, (size_t)threads * sizeof *lanes);
     int ok = lanes != NULL;
+    if (ok) memset(lanes, 0, (size_t)threads * sizeof *lanes);
     for (int t = 0; ok && t < threads; t++) {
         lane_t *L = &lanes[t];
         L->lane = t;

@@ -25,7 +25,7 @@ static void *run(void *arg)
     void **ptr = calloc(g_slots, sizeof *ptr);
     size_t *size = calloc(g_slots, sizeof *size);
     uint64_t *tag = calloc(g_slots, sizeof *tag);
-    uint64_t rng = rng_seed(g_seed, (uint64_t)w->id), next = ((uint64_t)w->id << 48) + 1;
+    uint64_t rng = rng_seed(g_seed, (uint64_t)w->id), next = ((uint64_t)w->id << 48) + 1, ops = 0;
     if (!ptr || !size || !tag) {
         w->failed = 1;
         return NULL;
@@ -53,8 +53,9 @@ static void *run(void *arg)
             break;
         }
         block_fill(ptr[v], size[v], tag[v]);
-        w->ops++;
+        ops++;
     }
+    w->ops = ops;
     for (size_t v = 0; v < g_slots; v++) {
         if (!ptr[v]) continue;
         if (!block_check(ptr[v], size[v], tag[v])) w->failed = 1;
