@@ -35,9 +35,13 @@ static int purger_main(void *arg) {
   return 0;
 }
 
+/* The common case first: a running purger already signalled. */
 void purge_notice_dirty(void) {
-  if (!PURGE_BACKGROUND || learn_knob(KNOB_PURGE_DELAY_MS) < 0) return;
-  if (atomic_load_explicit(&purger_started, memory_order_relaxed) == 0) {
+  if (!PURGE_BACKGROUND) return;
+  bool started = atomic_load_explicit(&purger_started, memory_order_relaxed) != 0;
+  if (started && atomic_load_explicit(&purge_signal, memory_order_relaxed) != 0) return;
+  if (learn_knob(KNOB_PURGE_DELAY_MS) < 0) return;
+  if (!started) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&purger_started, &expected, 1) && !os_spawn_background(purger_main, NULL))
       atomic_store(&purger_started, 0);

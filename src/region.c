@@ -20,10 +20,13 @@ _Atomic size_t hak_span_bytes;
 _Atomic size_t hak_dirty_bytes;
 _Atomic uint64_t hak_dirty_grew_ms;
 
+/* Branch-free: a loop took 4 instructions a unit, and an 8-unit slab goes
+ * idle and wakes once per batch in a program that fills and empties it. */
 static size_t popcount64(uint64_t x) {
-  size_t n = 0;
-  for (; x; x &= x - 1) n++;
-  return n;
+  x -= (x >> 1) & 0x5555555555555555ull;
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return (size_t)((x * 0x0101010101010101ull) >> 56);
 }
 
 static void dirty_sub(uint64_t units) {
@@ -206,12 +209,14 @@ static void region_mark_dirty(region_t *r, uint64_t bits) {
     stat_add(bytes_purged, (size_t)popcount64(added) * UNIT_SIZE);
     return;
   }
+  if (added == 0) return;
+  uint64_t now = os_now_ms();
   if (r->dirty_units == 0 && delay > 0) {
-    r->dirty_since_ms = os_now_ms();
+    r->dirty_since_ms = now;
     purge_notice_dirty();
   }
   atomic_fetch_add_explicit(&hak_dirty_bytes, (size_t)popcount64(added) * UNIT_SIZE, memory_order_relaxed);
-  if (added) atomic_store_explicit(&hak_dirty_grew_ms, os_now_ms(), memory_order_relaxed);
+  atomic_store_explicit(&hak_dirty_grew_ms, now, memory_order_relaxed);
   r->dirty_units |= added;
 }
 
