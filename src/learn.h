@@ -43,6 +43,7 @@ void learn_active(void);
  * next. Used by learn_tick and by the tests, which feed it synthetic costs. */
 int learn_rate(double os_cost, double mem_cost);
 void learn_reset(void); /* back to the start state (tests) */
+void learn_start(int strategy); /* runs strategy from now on, as sample() starts speed (tests) */
 int learn_current(void);
 /* In an idle stretch, the strategy that ran before it and runs again at the
  * next Large or Huge allocation; -1 otherwise. */

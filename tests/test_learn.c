@@ -124,6 +124,16 @@ static void test_rating(void)
     printf("test_learn rating: cost %s strategies not explored (ran %d %d %d %d): OK\n", split[k].what, ran[DEFAULT],
            ran[SPEED], ran[LEAN], ran[MEMORY]);
   }
+  /* A tie keeps the running strategy: learning started on speed (a costly
+   * page fault) stays there while no rival could win, not back to the
+   * default at the first rating, when every rating is still the same. */
+  learn_reset();
+  learn_start(SPEED);
+  for (int i = 0; i < 50; i++) {
+    CHECKF(learn_current() == SPEED, "started on speed, epoch %d runs %d", i, learn_current());
+    learn_rate(0, 0);
+  }
+  printf("test_learn rating: a tie keeps the strategy learning started on: OK\n");
   learn_reset();
   static const double lean_loses[] = {[DEFAULT] = 100, [SPEED] = 100, [LEAN] = 300, [MEMORY] = 0};
   int ran[LEARN_STRATEGIES] = {0};
