@@ -75,6 +75,23 @@ def stat(key, alloc, field, best=max):
                 fails=len(runs) - len(ok), runs=len(runs), rss=statistics.median(rss) if rss else None)
 
 
+def ratio(key, alloc, field):
+    """The median over rounds of alloc's figure over the reference's in the
+    same round, or None. Rounds run the allocators in turn, so a machine
+    that changes speed between rounds moves both sides of a round's ratio:
+    on the 2-core VM cross_thread ran at 4 M/s in some rounds and 8-13 in
+    others for every allocator, and one round that changed mode halfway
+    turned a ratio of medians from 0.86x into 2.36x."""
+    mine = {r["round"]: r for r in groups.get(key, {}).get(alloc, []) if r["status"] == "ok"}
+    refs = {r["round"]: r for r in groups.get(key, {}).get(ref, []) if r["status"] == "ok"}
+    rs = []
+    for rnd, r in mine.items():
+        a, b = kv(r["result"]).get(field), kv(refs[rnd]["result"]).get(field) if rnd in refs else None
+        if a not in (None, "", "n/a") and b not in (None, "", "n/a") and float(b) > 0:
+            rs.append(float(a) / float(b))
+    return statistics.median(rs) if rs else None
+
+
 def human(x):
     for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if x >= div:
@@ -107,7 +124,8 @@ L += [f"- Skipped: {A.skipped.replace(';', '; ') or 'none'}",
 
 if speed or memory:
     L += ["", "## Summary: median, and ratio to " + ref, "",
-          "Throughput rows: operations per second (higher is better; ratio = allocator / " + ref + ").  "
+          "Throughput rows: median operations per second (higher is better), and the median over rounds of "
+          "allocator / " + ref + " in the same round.  "
           "Memory rows: resident overhead over the bytes requested (lower is better).", "",
           "| workload | case | " + " | ".join(allocs) + " |", "|---|---|" + "---:|" * len(allocs)]
     for key in speed + memory:
@@ -121,8 +139,8 @@ if speed or memory:
             elif s["fails"] or s["med"] is None:
                 cells.append(failcell(s))
             elif key in speed:
-                ratio = f" ({s['med'] / rs['med']:.2f}x)" if rs and rs["med"] and not rs["fails"] else ""
-                cells.append(f"{human(s['med'])}/s{ratio}")
+                q = ratio(key, a, field) if rs and not rs["fails"] else None
+                cells.append(f"{human(s['med'])}/s" + (f" ({q:.2f}x)" if q is not None else ""))
             else:
                 cells.append(f"{s['med']:.1f} %")
         L.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
@@ -150,7 +168,7 @@ if speed:
     L += ["", "## Throughput detail", "",
           "ops/s: larson, mid_large_mt = free+malloc replacements; random_mixed = mallocs (each freed); "
           "cross_thread = blocks passed and freed; realloc = realloc calls; large = allocate+touch+free. "
-          "Peak RSS is the median of `/usr/bin/time -f %M`.", "",
+          "Peak RSS is the median of `/usr/bin/time -f %M`; / " + ref + ": the median over rounds of the same round's ratio.", "",
           f"| workload | case | allocator | median ops/s | best ops/s | / {ref} | peak RSS MiB | runs |",
           "|---|---|---|---:|---:|---:|---:|---:|"]
 for key in speed:
@@ -162,8 +180,9 @@ for key in speed:
         if s["fails"] or s["med"] is None:
             L.append(f"| {key[0]} | {key[1]} | {a} | {failcell(s)} | | | | {s['runs']} |")
             continue
-        ratio = f"{s['med'] / rs['med']:.2f}" if rs and rs["med"] and not rs["fails"] else ""
-        L.append(f"| {key[0]} | {key[1]} | {a} | {s['med']:,.0f} | {s['best']:,.0f} | {ratio} | {mib(s['rss'])} | {s['runs']} |")
+        q = ratio(key, a, "ops_per_sec") if rs and not rs["fails"] else None
+        q = f"{q:.2f}" if q is not None else ""
+        L.append(f"| {key[0]} | {key[1]} | {a} | {s['med']:,.0f} | {s['best']:,.0f} | {q} | {mib(s['rss'])} | {s['runs']} |")
 
 if memory:
     L += ["", "## Memory detail", "",
