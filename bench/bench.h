@@ -163,12 +163,11 @@ static inline long hwm_kib(void) /* peak resident set, VmHWM from /proc/self/sta
     return strtol(p + 6, NULL, 10);
 }
 
-/* Prints "check=ok|FAIL" at the end of the result line; returns the exit code. */
 /* Threads that each run fn(worker) and count their operations.  Each worker
  * has a cache line of its own, and counts in a local until it finishes:
  * workers sharing a line that each writes per operation measured where the
  * allocator under test happened to place this array (random_mixed, 2
- * threads: hakmem 13-16 M/s with both counters in one line, 21-22 M/s
+ * threads: hakmem 13-16 M/s with both counters in one line, 20-21 M/s
  * apart), not the allocator. */
 #include <pthread.h>
 typedef struct {
@@ -206,6 +205,7 @@ static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, d
     return ok;
 }
 
+/* Prints "check=ok|FAIL" at the end of the result line; returns the exit code. */
 static inline int bench_finish(int ok)
 {
     printf(" check=%s\n", ok ? "ok" : "FAIL");
