@@ -75,7 +75,7 @@ def stat(key, alloc, field, best=max):
                 fails=len(runs) - len(ok), runs=len(runs), rss=statistics.median(rss) if rss else None)
 
 
-def ratio(key, alloc, field):
+def round_ratio(key, alloc, field):
     """The median over rounds of alloc's figure over the reference's in the
     same round, or None. Rounds run the allocators in turn, so a machine
     that changes speed between rounds moves both sides of a round's ratio:
@@ -139,7 +139,7 @@ if speed or memory:
             elif s["fails"] or s["med"] is None:
                 cells.append(failcell(s))
             elif key in speed:
-                q = ratio(key, a, field) if rs and not rs["fails"] else None
+                q = round_ratio(key, a, field) if rs and not rs["fails"] else None
                 cells.append(f"{human(s['med'])}/s" + (f" ({q:.2f}x)" if q is not None else ""))
             else:
                 cells.append(f"{s['med']:.1f} %")
@@ -149,8 +149,9 @@ if "hakmem-secure" in allocs and ref == "hakmem":  # the price of the hardened b
     med, best = [], []
     for key in speed:
         sec, base = stat(key, "hakmem-secure", "ops_per_sec"), stat(key, "hakmem", "ops_per_sec")
-        if sec and base and sec["med"] and base["med"] and not sec["fails"] and not base["fails"]:
-            med.append(sec["med"] / base["med"])
+        q = round_ratio(key, "hakmem-secure", "ops_per_sec")
+        if sec and base and q and base["best"] and not sec["fails"] and not base["fails"]:
+            med.append(q)
             best.append(sec["best"] / base["best"])
     if med:
         def geo(rs):
@@ -160,7 +161,7 @@ if "hakmem-secure" in allocs and ref == "hakmem":  # the price of the hardened b
             return f"{abs(1 - g) * 100:.1f} % {'slower' if g < 1 else 'faster'}"
 
         L += ["", f"Secure build (libhakmem-secure.so) over hakmem, geometric mean of {len(med)} throughput rows: "
-                  f"medians **{geo(med):.3f}** ({word(geo(med))}), best runs **{geo(best):.3f}** ({word(geo(best))})."]
+                  f"per-round ratios **{geo(med):.3f}** ({word(geo(med))}), best runs **{geo(best):.3f}** ({word(geo(best))})."]
 if (speed or memory) and not fast:
     L.append(CHART)
 
@@ -180,7 +181,7 @@ for key in speed:
         if s["fails"] or s["med"] is None:
             L.append(f"| {key[0]} | {key[1]} | {a} | {failcell(s)} | | | | {s['runs']} |")
             continue
-        q = ratio(key, a, "ops_per_sec") if rs and not rs["fails"] else None
+        q = round_ratio(key, a, "ops_per_sec") if rs and not rs["fails"] else None
         q = f"{q:.2f}" if q is not None else ""
         L.append(f"| {key[0]} | {key[1]} | {a} | {s['med']:,.0f} | {s['best']:,.0f} | {q} | {mib(s['rss'])} | {s['runs']} |")
 
@@ -492,9 +493,11 @@ if A.mode == "full":
             parts.append(f"{name}: hakmem FAIL")
             continue
         others = {a: v for a, v in good.items() if a != "hakmem"}
+        if key in speed:  # the same per-round ratios as the tables
+            others = {a: q for a in others if (q := round_ratio(key, a, field)) is not None}
         if "hakmem" in good and others:
             bp = better(others, key=others.get)
-            r = good["hakmem"] / others[bp] if key in speed else None
+            r = 1 / others[bp] if key in speed else None
             parts.append(f"{name}: hakmem {r:.2f}x best peer ({bp})" if r is not None else
                          f"{name}: hakmem {good['hakmem']:.1f} % vs {bp} {others[bp]:.1f} %")
         elif good:
