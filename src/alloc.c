@@ -49,7 +49,7 @@ hak_inline void *alloc_inline(size_t size) {
   heap_t *heap = heap_get();
   slab_t *s;
   size = secure_min_size(size);
-  if (likely(size <= TINY_MAX)) {
+  if (size <= TINY_MAX) {
     s = heap->direct[(size + 7) >> 3];
     if (likely(s->free != NULL)) {
       void *p = slab_pop(s);
@@ -57,7 +57,7 @@ hak_inline void *alloc_inline(size_t size) {
       return p;
     }
   } else if (size <= SMALL_MAX) {
-    s = heap->active[hak_mid_class[(size + 127) >> 7]];
+    s = heap->mid[(size + 255) >> 8];
     if (likely(s->free != NULL)) return slab_pop(s);
   }
   return alloc_slow(size, heap, 0, false);
@@ -85,8 +85,9 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
 
 hak_inline void free_inline(void *p) {
   heap_t *heap = heap_get();
-  if (likely(region_map_is_region(p))) {
-    slab_t *s = slab_of(p);
+  size_t i = region_map_index(p);
+  if (likely(region_map_is_region(i))) {
+    slab_t *s = slab_of_entry(i, p);
     if (likely(slab_owned_by(s, heap))) {
       block_t *b = p;
       secure_on_free(s, b);

@@ -151,18 +151,24 @@ hak_inline uint8_t region_map_kind(const void *p) {
     eq_;                                                                         \
   })
 
-/* Whether p lies in a region: free's first test. */
-hak_inline bool region_map_is_region(const void *p) {
+/* Whether map entry i (region_map_index) is a region: free's first test. */
+hak_inline bool region_map_is_region(size_t i) {
 #if HAK_ASM_EQ
-  size_t i = region_map_index(p);
   return i < MAP_ENTRIES && hak_asm_eq("b", hak_region_map[i], MAP_REGION);
 #else
-  return region_map_kind(p) == MAP_REGION;
+  return i < MAP_ENTRIES && __atomic_load_n(&hak_region_map[i], __ATOMIC_RELAXED) == MAP_REGION;
 #endif
 }
-hak_inline slab_t *slab_of(const void *p) {
-  region_t *r = region_of(p);
+hak_inline slab_t *slab_in(region_t *r, const void *p) {
   return r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)].head;
+}
+hak_inline slab_t *slab_of(const void *p) { return slab_in(region_of(p), p); }
+/* slab_of(p) for p in map entry i: the region's address is i shifted back,
+ * which the compiler would otherwise recompute from p (free: one
+ * instruction less). The empty asm hides that i came from p. */
+hak_inline slab_t *slab_of_entry(size_t i, const void *p) {
+  __asm__("" : "+r"(i));
+  return slab_in((region_t *)(i << REGION_SHIFT), p);
 }
 hak_inline char *slab_start(const slab_t *s) {
   region_t *r = region_of(s);
@@ -231,6 +237,7 @@ typedef struct slab_queue_s {
 
 struct heap_s {
   slab_t *direct[TINY_MAX / 8 + 1]; /* malloc's view by (size + 7) / 8: active[] of the size's class */
+  slab_t *mid[SMALL_MAX / 256 + 1]; /* the same by (size + 255) / 256, for Mid sizes */
   slab_t *active[NUM_CLASSES];     /* fast path view: a slab, or slab_empty */
   slab_t *cur[NUM_CLASSES];        /* the slab each class allocates from */
   _Atomic(slab_t *) remote_slabs;  /* slabs that received remote frees */
@@ -242,6 +249,7 @@ struct heap_s {
   uint32_t carves;                /* clock: fresh carves by this heap */
   uint32_t carve_at[NUM_CLASSES]; /* the clock at each class's last carve */
   uint16_t carve_n[NUM_CLASSES];  /* blocks of the class's next carve; 0: not yet */
+  uint8_t kept;                   /* 1 + the class whose emptied current slab stays on the fast path; 0: none */
   uint32_t slow_calls;            /* slow paths taken: the sparse-slab clock */
   uint64_t sparse_at_ms;          /* when the sparse slabs were last purged */
 } __attribute__((aligned(64)));

@@ -25,11 +25,14 @@
  *            (default 60): resident memory must stay within twice that
  *            working set (remote frees are reused, not parked).
  *   reuse    the block freed last is the next one of its size handed out;
- *            64 blocks of 8 KiB (one slab) written and freed: the slab keeps
- *            its list while idle (the next malloc returns the last freed),
- *            and once the purger has returned its pages (HAKMEM_PURGE_DELAY_MS
- *            =20, set by CTest) the slab starts afresh: the next 64 blocks
- *            lie in that one slab again, each written and read back whole.
+ *            64 blocks of 8 KiB (one slab) written and freed: the emptied
+ *            slab keeps its list (the next malloc returns the last freed)
+ *            and, the last to empty, stays resident 20 purge delays
+ *            (HAKMEM_PURGE_DELAY_MS=20, set by CTest). Once 12 blocks of
+ *            20000 B empty their slab after it, it goes idle: the purger
+ *            returns every page of it (mincore), and it starts afresh: the
+ *            next 64 blocks lie in that one slab again, each written and
+ *            read back whole.
  *   grow     8 blocks grown in turn by 4 KiB from 40 KiB to 1.5 MiB (12 MiB
  *            live): every byte kept, a usable size within a quarter of the
  *            request, and resident memory grown by at most 1.3x the live
@@ -335,6 +338,20 @@ static void slab_fill(char **p, int round)
          SLAB_BLOCKS, (size_t)(hi - lo) >> 10);
 }
 
+enum { OTHER_BLOCKS = 12, OTHER_BSIZE = 20000 };
+
+/* Bytes of the blocks p[] that are resident (mincore). */
+static size_t slab_resident(char **p)
+{
+  size_t n = 0;
+  for (int i = 0; i < SLAB_BLOCKS; i++) {
+    unsigned char vec[SLAB_BSIZE / 4096];
+    CHECK(mincore(p[i], SLAB_BSIZE, vec) == 0);
+    for (size_t k = 0; k < sizeof vec; k++) n += (vec[k] & 1) * 4096;
+  }
+  return n;
+}
+
 static void test_reuse(void)
 {
   static const size_t sizes[] = {16, 48, 512, 1024, 3000, 8192, 20000};
@@ -356,11 +373,28 @@ static void test_reuse(void)
   A(free)(q);
   slab_fill(p, 1);
   for (int i = 0; i < SLAB_BLOCKS; i++) A(free)(p[i]);
+  usleep(400000); /* 20 times the purge delay */
+  size_t kept = slab_resident(p);
+  CHECKF(kept == SLAB_BLOCKS * SLAB_BSIZE, "the last emptied slab went idle: %zu of %zu KiB resident", kept >> 10,
+         (size_t)SLAB_BLOCKS * SLAB_BSIZE >> 10);
+  q = A(malloc)(SLAB_BSIZE);
+  CHECKF(q == p[SLAB_BLOCKS - 1], "the last emptied slab lost its list: %p, not %p", (void *)q,
+         (void *)p[SLAB_BLOCKS - 1]);
+  A(free)(q);
+  char *r[OTHER_BLOCKS]; /* another slab of more than 64 KiB empties after it */
+  for (int i = 0; i < OTHER_BLOCKS; i++) {
+    r[i] = A(malloc)(OTHER_BSIZE);
+    CHECK(r[i] != NULL);
+    memset(r[i], i, OTHER_BSIZE);
+  }
+  for (int i = 0; i < OTHER_BLOCKS; i++) A(free)(r[i]);
   usleep(400000); /* the purger returns the idle slab's pages */
+  size_t idle = slab_resident(p);
+  CHECKF(idle == 0, "a slab displaced by another emptied one kept %zu KiB resident", idle >> 10);
   slab_fill(p, 2);
   for (int i = 0; i < SLAB_BLOCKS; i++) A(free)(p[i]);
-  printf("test_memory reuse: last freed first at %zu sizes; an idle slab kept its list, and started afresh once "
-         "purged: OK\n", sizeof sizes / sizeof *sizes);
+  printf("test_memory reuse: last freed first at %zu sizes; the last emptied slab stayed resident with its list, "
+         "a displaced one went idle, was purged and started afresh: OK\n", sizeof sizes / sizeof *sizes);
 }
 
 static void test_grow(void)
