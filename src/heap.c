@@ -413,6 +413,7 @@ heap_t *heap_init_thread(void) {
  * holder) only. Returns bytes purged. */
 size_t heap_trim(heap_t *heap) {
   heap_collect_remote(heap);
+  heap->kept = 0; /* released below if still empty */
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     slab_queue_t *q = &heap->queue[cls];
     if (q->spare) {
