@@ -130,11 +130,12 @@ hak_inline region_t *region_of(const void *p) {
   return (region_t *)((uintptr_t)p & ~(REGION_SIZE - 1));
 }
 hak_inline size_t region_map_index(const void *p) { return (uintptr_t)p >> REGION_SHIFT; }
-/* The map entry for p, or MAP_NONE for an address outside the map. */
-hak_inline uint8_t region_map_kind(const void *p) {
-  size_t i = region_map_index(p);
+/* Map entry i, or MAP_NONE for an index outside the map. */
+hak_inline uint8_t region_map_entry(size_t i) {
   return i < MAP_ENTRIES ? __atomic_load_n(&hak_region_map[i], __ATOMIC_RELAXED) : MAP_NONE;
 }
+/* The map entry for p. */
+hak_inline uint8_t region_map_kind(const void *p) { return region_map_entry(region_map_index(p)); }
 
 /* Free's two tests compare a relaxed atomic in memory: one instruction on
  * x86-64, where an aligned load is atomic (the compiler would load an atomic
@@ -156,7 +157,7 @@ hak_inline bool region_map_is_region(size_t i) {
 #if HAK_ASM_EQ
   return i < MAP_ENTRIES && hak_asm_eq("b", hak_region_map[i], MAP_REGION);
 #else
-  return i < MAP_ENTRIES && __atomic_load_n(&hak_region_map[i], __ATOMIC_RELAXED) == MAP_REGION;
+  return region_map_entry(i) == MAP_REGION;
 #endif
 }
 hak_inline slab_t *slab_in(region_t *r, const void *p) {

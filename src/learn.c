@@ -84,7 +84,6 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 #define FAR_RATING 200.0    /* rated this far below the best, or whose last */
 #define LOSER 2.0           /* cost was this many times the best's */
 #define JUMP 3.0            /* by this factor: a new phase, not noise */
-#define SAMPLE_MS 10
 /* An epoch lasts HAKMEM_LEARN_EPOCH_MS and at least EPOCH_MIN_ALLOCS Large
  * and Huge allocations, or EPOCH_MAX times as long when they are rare: where
  * each allocation faults in megabytes, a time-only epoch held one or two of
@@ -455,7 +454,7 @@ static void epoch_end(uint64_t now) {
 static void sample(bool event) {
   uint64_t now = os_now_ms();
   bool back = event && atomic_load_explicit(&resume, memory_order_relaxed) >= 0;
-  if (!back && now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < SAMPLE_MS) return;
+  if (!back && now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < LEARN_SAMPLE_MS) return;
   if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
   atomic_store_explicit(&last_sample_ms, now, memory_order_relaxed);
   if (!L.started) {
@@ -463,7 +462,7 @@ static void sample(bool event) {
     L.started = true;
     double us = os_fault_us();
     L.fault_us = us < FAULT_US_MIN ? FAULT_US_MIN : us > FAULT_US_MAX ? FAULT_US_MAX : us;
-    if (weight() * L.fault_us >= START_FAST_US) atomic_store_explicit(&current, STRATEGY_SPEED, memory_order_relaxed);
+    if (weight() * L.fault_us >= START_FAST_US) learn_start(STRATEGY_SPEED);
     L.warming = START_WARM;
     L.quiet_since = now;
     L.quiet_allocs = atomic_load_explicit(&allocs, memory_order_relaxed);

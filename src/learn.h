@@ -24,11 +24,14 @@ typedef enum {
  * environment wins over every strategy. */
 long learn_knob(learn_knob_t knob);
 
-/* Called by the purger's rounds, by Large/Huge slow paths (alloc_bytes: the
- * size of a Large or Huge allocation, else 0) and when a heap takes a new
- * slab: samples the memory held
- * above live, and at the end of an epoch rates the strategy that ran and
- * picks the next. Cheap when no epoch ends. */
+/* The learner samples at most once per LEARN_SAMPLE_MS. */
+#define LEARN_SAMPLE_MS 10
+
+/* Called by the purger (each round, and each LEARN_SAMPLE_MS between), by
+ * Large/Huge slow paths (alloc_bytes: the size of a Large or Huge
+ * allocation, else 0) and when a heap takes a new slab: samples the memory
+ * held above live, and at the end of an epoch rates the strategy that ran
+ * and picks the next. Cheap when no epoch ends. */
 void learn_tick(size_t alloc_bytes);
 
 /* Called on slow paths of a running program (a new slab, a slab emptied, a
@@ -43,7 +46,7 @@ void learn_active(void);
  * next. Used by learn_tick and by the tests, which feed it synthetic costs. */
 int learn_rate(double os_cost, double mem_cost);
 void learn_reset(void); /* back to the start state (tests) */
-void learn_start(int strategy); /* runs strategy from now on, as sample() starts speed (tests) */
+void learn_start(int strategy); /* runs strategy from now on (the start on speed; tests) */
 int learn_current(void);
 /* In an idle stretch, the strategy that ran before it and runs again at the
  * next Large or Huge allocation; -1 otherwise. */

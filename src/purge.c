@@ -11,7 +11,6 @@
 #include "options.h"
 
 #define PURGE_TICK_MS 50
-#define PURGE_STEP_MS 10 /* the learner's sample period */
 #define PURGE_IDLE_MS 10000
 
 #define PURGE_BACKGROUND (!HAK_UNDER_SANITIZER)
@@ -31,8 +30,8 @@ static void purger_sleep(void) {
     return;
   }
   int s = learn_current();
-  for (unsigned slept = 0; slept < PURGE_TICK_MS; slept += PURGE_STEP_MS) {
-    os_sleep_ms(PURGE_STEP_MS);
+  for (unsigned slept = 0; slept < PURGE_TICK_MS; slept += LEARN_SAMPLE_MS) {
+    os_sleep_ms(LEARN_SAMPLE_MS);
     learn_tick(0);
     if (learn_current() != s) return;
   }
