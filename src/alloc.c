@@ -176,7 +176,7 @@ HAK_API void *hak_realloc(void *p, size_t size) {
   if (kind == MAP_REGION && size > SMALL_MAX && size <= LARGE_MAX * 2) {
     slab_t *s = slab_of(p);
     if (s->kind == SLAB_LARGE && large_resize_in_place(heap, s, size)) return p;
-  } else if (kind == MAP_HUGE && size >= REALLOC_HUGE_MIN) {
+  } else if ((kind == MAP_HUGE || kind == MAP_ARENA) && size >= REALLOC_HUGE_MIN) {
     void *q = huge_realloc(p, size);
     if (q) return q;
   }
@@ -253,12 +253,12 @@ HAK_API int hak_malloc_trim(size_t pad) {
   }
   n += heap_trim_abandoned();
   region_pool_purge_due(0, 0);
-  n += huge_trim();
+  n += huge_trim(false);
   return n > 0;
 }
 
 bool hak_release_cached(void) {
-  size_t n = huge_trim();
+  size_t n = huge_trim(true);
   n += region_pool_unmap();
   return n > 0;
 }

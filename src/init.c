@@ -27,6 +27,7 @@ void hak_process_init(void) {
 /* A child forked from a multi-threaded parent must find no lock held. */
 static void fork_prepare(void) {
   hak_lock(&hak_lock_purge);
+  hak_lock(&hak_lock_evict);
   hak_lock(&hak_lock_heaps);
   hak_lock(&hak_lock_regions);
   hak_lock(&hak_lock_huge);
@@ -36,6 +37,7 @@ static void fork_parent(void) {
   hak_unlock(&hak_lock_huge);
   hak_unlock(&hak_lock_regions);
   hak_unlock(&hak_lock_heaps);
+  hak_unlock(&hak_lock_evict);
   hak_unlock(&hak_lock_purge);
 }
 

@@ -123,7 +123,10 @@ typedef struct region_s {
   uint64_t dirty_since_ms;       /* when dirty_units last became non-empty */
 } region_t;
 
-enum region_map_kind { MAP_NONE = 0, MAP_REGION = 1, MAP_HUGE = 2 };
+/* MAP_HUGE and above: a huge block's own mapping starts in the region (above
+ * MAP_HUGE: aligned, see huge.c); MAP_ARENA: the region lies in an arena of
+ * huge blocks. */
+enum region_map_kind { MAP_NONE = 0, MAP_REGION = 1, MAP_HUGE = 2, MAP_ARENA = 255 };
 extern uint8_t hak_region_map[MAP_ENTRIES];
 
 hak_inline region_t *region_of(const void *p) {
@@ -214,7 +217,7 @@ size_t huge_cached_bytes(void);
 /* The resident bytes the BigCache holds; young[k] gets those of its runs
  * freed less than age_ms[k] ago. */
 size_t huge_cached_by_age(size_t n, const uint64_t age_ms[], size_t young[]);
-extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge, hak_lock_purge;
+extern hak_lock_t hak_lock_regions, hak_lock_heaps, hak_lock_huge, hak_lock_evict, hak_lock_purge;
 
 /* ---- size classes ------------------------------------------------------- */
 
@@ -347,7 +350,8 @@ void *huge_alloc(size_t size, size_t align, bool zero, bool growing);
 void huge_free(void *p);
 size_t huge_usable_size(const void *p);
 void *huge_realloc(void *p, size_t size);
-size_t huge_trim(void);
+/* Purges the BigCache; with unmap, also unmaps arenas that hold no block. */
+size_t huge_trim(bool unmap);
 bool huge_cache_evict_aged(void);
 
 /* purge.c */

@@ -47,7 +47,10 @@ static const struct {
   long knob[KNOB_COUNT]; /* purge delay ms, BigCache MiB and age ms, slack % */
 } strategies[LEARN_STRATEGIES] = {
   {"default", {FROM_OPTION, FROM_OPTION, FROM_OPTION, FROM_OPTION}},
-  {"speed", {600, 1024, 600, 100}}, /* under 1 s: memory still returns within a second */
+  /* jemalloc's decay time: where memory is free (W = 100) a pause is no
+   * reason to hand back what the next burst faults in again; at lower
+   * weights an idle stretch switches to a leaner strategy (idle_choice) */
+  {"speed", {10000, 1024, 10000, 100}},
   {"lean", {50, 64, 100, 25}},
   {"memory", {0, 0, 0, 0}},
 };

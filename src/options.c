@@ -24,9 +24,6 @@ static option_desc_t options[OPT_COUNT] = {
   [OPT_HUGE_SLACK_PCT] = {"HUGE_SLACK_PCT", 0, 100,
                           "percent of a huge block's size that may stay resident as slack when it reuses a bigger "
                           "cached run (beyond, the slack is purged)", 0},
-  [OPT_BIGCACHE_WHOLE] = {"BIGCACHE_WHOLE", 0, 0,
-                          "1 keeps cached huge runs whole: a huge block no run serves in place is mapped fresh, no "
-                          "cached pages are moved into it", 0},
   [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
   [OPT_LEARN] = {"LEARN", 0, 1, "learn the Large/Huge strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
   [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory", 0},

@@ -11,7 +11,6 @@ typedef enum {
   OPT_BIGCACHE_MB,      /* bytes of freed huge blocks kept for reuse */
   OPT_BIGCACHE_AGE_MS,  /* how long a freed huge block stays cached */
   OPT_HUGE_SLACK_PCT,   /* resident slack a huge block may keep from a bigger cached run */
-  OPT_BIGCACHE_WHOLE,   /* cached runs stay whole: no pages moved out of them */
   OPT_SHOW_ERRORS,      /* report bad pointers on stderr */
   OPT_LEARN,            /* learn the Large/Huge strategy (0 = pin one) */
   OPT_LEARN_PIN,        /* the strategy pinned when not learning */

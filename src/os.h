@@ -37,13 +37,14 @@ size_t os_purge(void *p, size_t size);
 /* Resizes a mapping in place or, with may_move, anywhere page-aligned.
  * Returns the new address or NULL (the old mapping is then unchanged). */
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at);
+/* Moves the pages of [p, p+size) to [to, to+size), replacing what was mapped
+ * there; [p, p+size) stays mapped and reads as zeros. Page-aligned. Returns
+ * false when the kernel cannot (before Linux 5.7, or 5.13 for some
+ * mappings); nothing has moved then. */
+bool os_move_pages(void *p, size_t size, void *to);
 /* Faults [p, p+size) in at once, ahead of writes that would fault it page
  * by page; page-aligned. A hint: it may do nothing. */
 void os_populate(void *p, size_t size);
-/* Moves the pages of [p, p+size) to [to, to+size), replacing what was
- * mapped there, in pieces (see os_unmap); page-aligned. Returns the bytes
- * moved: less than size when a piece failed, the rest then still at p. */
-size_t os_move(void *p, size_t size, void *to);
 /* Writes len bytes to stderr, retrying short writes; never allocates. */
 void os_write_stderr(const char *s, size_t len);
 void os_write_fd(int fd, const char *s, size_t len);
@@ -59,7 +60,6 @@ uint64_t os_minor_faults(void);
  * a few pages (the least of several batches, so preemption does not count):
  * 1.5 to 3 on one of our VMs, about 10 on another. */
 double os_fault_us(void);
-bool os_remap_spans(void);
 /* Mapping system calls (mmap, munmap, madvise, mremap) made so far. */
 extern _Atomic uint64_t os_map_calls;
 /* Resident pages of the process, from /proc/self/statm; 0 if unreadable. */
