@@ -66,6 +66,7 @@ typedef struct {
 hak_lock_t hak_lock_huge; /* the arenas' bits, the cache's count */
 hak_lock_t hak_lock_evict; /* one eviction at a time */
 _Atomic size_t hak_huge_bytes;
+_Atomic uint64_t hak_huge_reused;
 static arena_t arenas[MAX_ARENAS];
 static size_t cache_bytes; /* resident bytes of free units */
 static uint64_t cache_since_ms; /* no free unit with resident pages was freed before */
@@ -406,8 +407,7 @@ static char *arena_alloc(size_t n, size_t need, size_t extent, size_t offset, si
   size_t r = 0;
   for (int tries = 0;; tries++) {
     hak_lock(&hak_lock_huge);
-    p = growing ? place_find(2 * n, 2 * n * ARENA_UNIT, true) : (place_t){0};
-    if (p.arena == NULL) p = place_find(n, need, true);
+    p = place_find(n, need, true);
     if (p.arena == NULL) p = place_find(n, need, false);
     if (p.arena) {
       units_take(p.arena, p.first, n);
@@ -415,7 +415,7 @@ static char *arena_alloc(size_t n, size_t need, size_t extent, size_t offset, si
       if (growing) r = units_reserve(p.arena, p.first + n, n);
     }
     hak_unlock(&hak_lock_huge);
-    if (p.arena || tries > 0 || !arena_new(2 * n)) break;
+    if (p.arena || tries > 0 || !arena_new(n)) break;
   }
   if (p.arena == NULL) return NULL;
   char *base = unit_base(p.arena, p.first);
@@ -423,6 +423,7 @@ static char *arena_alloc(size_t n, size_t need, size_t extent, size_t offset, si
   char *from = zero ? base + offset : NULL, *to = zero ? base + offset + size : NULL;
   if (p.resident) stat_inc(huge_cache_hits);
   else stat_inc(huge_mapped);
+  atomic_fetch_add_explicit(&hak_huge_reused, p.resident, memory_order_relaxed);
   *residentp = block_settle(p.arena, p.first, n, need, extent, slack, from, to);
   *arenap = p.arena;
   *reservep = r;
@@ -535,11 +536,12 @@ size_t huge_usable_size(const void *p) {
   return h ? h->usable : 0;
 }
 
-/* Resizes an arena block in place to hold need bytes: growing, it takes the
- * free units after it (its reservation first) and reserves as many again;
- * below half its units, it gives the trailing ones back. Returns false when
- * too few units after it are free. */
-static bool arena_resize(huge_header_t *h, size_t need) {
+/* Resizes an arena block in place to hold need bytes (header included) and
+ * offer up to extent: growing, it takes the free units after it (its
+ * reservation first) and reserves as many again; below half its units, it
+ * gives the trailing ones back. Returns false when too few units after it
+ * are free. */
+static bool arena_resize(huge_header_t *h, size_t need, size_t extent) {
   arena_t *a = h->arena;
   size_t first = header_unit(h), old = h->map_size >> UNIT_BITS, n = units_for(need);
   hak_lock(&hak_lock_huge);
@@ -556,11 +558,13 @@ static bool arena_resize(huge_header_t *h, size_t need) {
     n = old;
   }
   hak_unlock(&hak_lock_huge);
-  size_t resident = block_settle(a, first, n, need, need, n * ARENA_UNIT, NULL, NULL);
+  if (extent > n * ARENA_UNIT) extent = n * ARENA_UNIT;
+  size_t resident = block_settle(a, first, n, need, extent, n * ARENA_UNIT, NULL, NULL);
   if (resident > h->resident) atomic_fetch_add_explicit(&hak_huge_bytes, resident - h->resident, memory_order_relaxed);
   else atomic_fetch_sub_explicit(&hak_huge_bytes, h->resident - resident, memory_order_relaxed);
   h->resident = resident;
   h->map_size = n * ARENA_UNIT;
+  h->usable = extent - (size_t)(h->block - (char *)h);
   return true;
 }
 
@@ -632,8 +636,12 @@ void *huge_realloc(void *p, size_t size) {
   if (need < size) return NULL;
   size_t old_usable = h->usable, old_resident = h->resident;
   if (h->arena) {
-    /* in place, or out to an own mapping that reserves room to grow */
-    if (!arena_resize(h, need) && (h = arena_move_out(h, reserve_for(need))) == NULL) return NULL;
+    /* In place, offering a quarter more (a buffer grown a few bytes at a
+     * time comes back every quarter, not every page), or out to an own
+     * mapping that reserves room to grow. */
+    if (!arena_resize(h, need, offset + os_page_round(size + size / 4)) &&
+        (h = arena_move_out(h, reserve_for(need))) == NULL)
+      return NULL;
   } else if (need > h->map_size || (need < h->map_size / 2 && size < old_usable)) {
     /* Only a shrink gives the tail back; growth reserves twice what it needs
      * (a block grown a page at a time takes a system call per doubling, not
@@ -646,7 +654,7 @@ void *huge_realloc(void *p, size_t size) {
     if (h->resident > old_resident) atomic_fetch_add_explicit(&hak_huge_bytes, h->resident - old_resident, memory_order_relaxed);
     else atomic_fetch_sub_explicit(&hak_huge_bytes, old_resident - h->resident, memory_order_relaxed);
   }
-  h->usable = need - offset;
+  if (h->arena == NULL) h->usable = need - offset;
   stat_free(STAT_ROW_HUGE, old_usable, true);
   stat_alloc(STAT_ROW_HUGE, h->usable);
   return h->block;

@@ -211,6 +211,7 @@ hak_inline void hak_lock(hak_lock_t *l) {
 hak_inline void hak_unlock(hak_lock_t *l) { atomic_store_explicit(&l->held, 0, memory_order_release); }
 extern _Atomic size_t hak_span_bytes; /* bytes in spans handed to slabs and large blocks */
 extern _Atomic size_t hak_huge_bytes;
+extern _Atomic uint64_t hak_huge_reused; /* bytes of huge blocks served from cached resident pages */
 extern _Atomic size_t hak_dirty_bytes; /* free units not yet purged */
 extern _Atomic uint64_t hak_dirty_grew_ms; /* when units last became dirty */
 size_t huge_cached_bytes(void);

@@ -121,6 +121,11 @@ static struct {
   uint64_t start_ms, sample_ms, epochs, rng;
   double held_mib, held_mib_ms;              /* last sample, integral this epoch */
   double cf_mib[LEARN_STRATEGIES];           /* the same, had t run */
+  double cf_mib_ms[LEARN_STRATEGIES];        /* its integral this epoch */
+  double cache_mib, cache_mib_ms;            /* the BigCache alone */
+  uint64_t reused;                           /* hak_huge_reused at the epoch's start */
+  double floor[LEARN_STRATEGIES];            /* least cost t could have had (see floors) */
+  uint64_t floor_at[LEARN_STRATEGIES];       /* epoch of it; 0 none */
   uint64_t quiet_since, quiet_allocs, quiet_faults; /* the last busy sample, counts then */
   uint64_t quiet_from;                       /* start of the sums below */
   double quiet_cf_mib_ms[LEARN_STRATEGIES]; /* what t would have held while quiet */
@@ -162,7 +167,7 @@ void learn_reset(void) {
   for (int i = 0; i < LEARN_STRATEGIES; i++) {
     L.rating[i] = RATING_START;
     L.cost[i] = L.os_cost[i] = 0;
-    L.scored_at[i] = 0;
+    L.scored_at[i] = L.floor_at[i] = 0;
     L.ran_ms[i] = L.ran_epochs[i] = 0;
   }
   L.epochs = 0;
@@ -237,6 +242,7 @@ static bool could_win(int t, int b) {
   for (int u = 0; u < LEARN_STRATEGIES; u++)
     if (u != t && u != b && between(u, t, b) && (!L.scored_at[u] || lost_clearly(u, b))) return false;
   if (!L.scored_at[b]) return true;
+  if (L.floor_at[t] == L.scored_at[b] && L.floor[t] > L.cost[b] * (1 + DRAW_MARGIN) + NEGLIGIBLE_COST) return false;
   double os = L.os_cost[b], mem = L.cost[b] - os, margin = DRAW_MARGIN * L.cost[b];
   if (!keeps_more(t, b)) return mem > margin;
   if (!keeps_more(b, t)) return os > margin;
@@ -289,6 +295,7 @@ static void sample_held(uint64_t now) {
   size_t dirty = atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed);
   uint64_t grew = atomic_load_explicit(&hak_dirty_grew_ms, memory_order_relaxed);
   L.held_mib = (double)(dirty + cached) / (1 << 20);
+  L.cache_mib = (double)cached / (1 << 20);
   for (int t = 0; t < LEARN_STRATEGIES; t++) {
     long delay = knob_value(t, KNOB_PURGE_DELAY_MS);
     size_t cap = (size_t)knob_value(t, KNOB_BIGCACHE_MB) << 20;
@@ -325,7 +332,9 @@ static void quiet_sample(uint64_t now) {
 
 static void epoch_begin(uint64_t now) {
   L.start_ms = L.sample_ms = now;
-  L.held_mib_ms = 0;
+  L.held_mib_ms = L.cache_mib_ms = 0;
+  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] = 0;
+  L.reused = atomic_load_explicit(&hak_huge_reused, memory_order_relaxed);
   quiet_restart(now);
   sample_held(now); /* after a switch: what the new strategy keeps */
   L.faults = os_minor_faults();
@@ -373,9 +382,16 @@ static double weight(void) {
 /* The weighted price of holding mib_ms (MiB times milliseconds). */
 static double held_price(double mib_ms) { return (1 - weight()) * (MIB_PRICE_MS * mib_ms / 1000); }
 
-static double epoch_cost(uint64_t now, double *os_part) {
-  double secs = epoch_secs(now);
+/* What the epoch's cost is priced per (see epoch_cost): its seconds or, when
+ * faster, its PACE_MIB_S of allocation; sets *secs to its seconds. */
+static double epoch_per(uint64_t now, double *secs) {
   double work = (double)(atomic_load_explicit(&alloc_bytes, memory_order_relaxed) - L.bytes) / (1 << 20) / PACE_MIB_S;
+  *secs = epoch_secs(now);
+  return work > *secs ? work : *secs;
+}
+
+static double epoch_cost(uint64_t now, double *os_part) {
+  double secs, per = epoch_per(now, &secs);
   uint64_t faults = os_minor_faults(), calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
   uint64_t purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
   double os_ms = ((double)(faults - L.faults) * L.fault_us + (double)(calls - L.calls) * CALL_US +
@@ -383,7 +399,6 @@ static double epoch_cost(uint64_t now, double *os_part) {
   double w = weight(), held = held_price(L.held_mib_ms);
   *os_part = 0;
   if (w * os_ms + held < NEGLIGIBLE_COST * secs) return 0;
-  double per = work > secs ? work : secs;
   *os_part = w * os_ms / per;
   return *os_part + held / (secs + w * (per - secs));
 }
@@ -437,6 +452,27 @@ static void idle_over(uint64_t now) {
   run_next(s, atomic_exchange_explicit(&resume, -1, memory_order_relaxed), now);
 }
 
+/* The least cost each leaner rival t could have had this epoch instead of s:
+ * s's time in the OS, the faults for what s served from its cache beyond t's
+ * bound (a share of the reused bytes: the cache held cache_mib_ms / ms on
+ * average), and what t would have held (sample_held). A rival whose floor
+ * loses to the best's cost is not explored (could_win): in a burst of huge
+ * blocks reused from a cache of 100-250 MiB, an epoch of the lean strategy
+ * (64 MiB) purged the cache and faulted it back, 70 ms more in the kernel in
+ * a second of the phases benchmark's burst. */
+static void floors(uint64_t now, int s, double os_cost) {
+  double secs, per = epoch_per(now, &secs), w = weight(), ms = (double)(now - L.start_ms + 1);
+  double cache = L.cache_mib_ms / ms, reused = (double)(atomic_load_explicit(&hak_huge_reused, memory_order_relaxed) - L.reused);
+  for (int t = 0; t < LEARN_STRATEGIES; t++) {
+    L.floor_at[t] = 0;
+    if (t == s || keeps_more(t, s)) continue;
+    double cap = (double)knob_value(t, KNOB_BIGCACHE_MB), lost = cache > cap ? reused * (cache - cap) / cache : 0;
+    double os = os_cost + w * lost / 4096 * L.fault_us / 1000 / per;
+    L.floor[t] = os + held_price(L.cf_mib_ms[t]) / (secs + w * (per - secs));
+    L.floor_at[t] = L.epochs + 1; /* the epoch learn_rate scores */
+  }
+}
+
 static void epoch_end(uint64_t now) {
   int s = strategy_now();
   bool idle = quiet(now);
@@ -447,6 +483,7 @@ static void epoch_end(uint64_t now) {
     next = idle_choice(s, now);
   } else {
     double os, cost = epoch_cost(now, &os);
+    floors(now, s, os);
     next = learn_rate(os, cost - os);
   }
   run_next(s, next, now);
@@ -473,7 +510,10 @@ static void sample(bool event) {
     epoch_begin(now);
   }
   /* left sums: the amount held since the last sample, over the time since */
-  L.held_mib_ms += L.held_mib * (double)(now - L.sample_ms);
+  double dt = (double)(now - L.sample_ms);
+  L.held_mib_ms += L.held_mib * dt;
+  L.cache_mib_ms += L.cache_mib * dt;
+  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] += L.cf_mib[t] * dt;
   quiet_sample(now);
   sample_held(now);
   L.sample_ms = now;

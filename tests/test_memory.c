@@ -46,8 +46,15 @@
  *            The survivors keep their bytes; as many blocks as were freed are
  *            then allocated again, and every block is written and read back
  *            (two handed out twice would overwrite each other).
+ *   arena    huge blocks share arenas: two freed neighbours of 6 MiB merge and
+ *            serve a 12 MiB block at the first one's address, its pages
+ *            still resident (under a tenth of them fault when written); a
+ *            calloc there reads zero; a pointer inside it is refused (usable
+ *            size 0, free leaves the block intact); realloc grows it to 300
+ *            MiB (beyond an arena's largest block) and back to 1 MiB keeping
+ *            every byte.
  *
- * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse [seconds]
+ * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse|arena [seconds]
  */
 #include "testutil.h"
 
@@ -56,6 +63,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #define MiB ((size_t)1 << 20)
 
@@ -488,6 +496,49 @@ static void test_sparse(void)
     }
 }
 
+static long minor_faults(void)
+{
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
+static void test_arena(void)
+{
+  char *a = A(malloc)(6 * MiB), *b = A(malloc)(6 * MiB);
+  CHECK(a != NULL && b != NULL);
+  memset(a, 1, 6 * MiB);
+  memset(b, 2, 6 * MiB);
+  A(free)(a);
+  A(free)(b);
+  long f0 = minor_faults();
+  char *c = A(malloc)(12 * MiB);
+  CHECKF(c == a || c == b, "12 MiB after freeing 6 MiB at %p and %p came at %p", (void *)a, (void *)b, (void *)c);
+  memset(c, 3, 12 * MiB);
+  long faults = minor_faults() - f0;
+  CHECKF(faults < (long)(12 * MiB / 4096 / 10), "%ld page faults writing 12 MiB of freed, resident pages", faults);
+  A(free)(c);
+  unsigned char *z = A(calloc)(1, 12 * MiB);
+  CHECKF(z == (unsigned char *)c, "calloc of 12 MiB at %p, not the freed block's %p", (void *)z, (void *)c);
+  for (size_t i = 0; i < 12 * MiB; i += 4096) CHECKF(z[i] == 0 && z[i + 4095] == 0, "calloc's page at %zu not zero", i);
+  printf("test_memory arena: freed neighbours merged and served 12 MiB in place (%ld faults), calloc zeroed: OK\n",
+         faults);
+
+  tu_fill(z, 0, 12 * MiB, 7);
+  CHECK(A(malloc_usable_size)(z + MiB) == 0);
+  A(free)(z + MiB); /* reported on stderr, nothing done */
+  CHECKF(tu_verify(z, 0, 12 * MiB, 7) == (size_t)-1, "a free inside the block changed it");
+  char *g = A(realloc)(z, 300 * MiB);
+  CHECK(g != NULL);
+  CHECKF(tu_verify(g, 0, 12 * MiB, 7) == (size_t)-1, "realloc to 300 MiB lost bytes");
+  tu_fill(g, 12 * MiB, 300 * MiB, 8);
+  char *s = A(realloc)(g, MiB);
+  CHECK(s != NULL);
+  CHECKF(tu_verify(s, 0, MiB, 7) == (size_t)-1, "realloc back to 1 MiB lost bytes");
+  A(free)(s);
+  printf("test_memory arena: a pointer inside refused, realloc to 300 MiB and back kept every byte: OK\n");
+}
+
 int main(int argc, char **argv)
 {
   const char *what = argc > 1 ? argv[1] : "";
@@ -500,8 +551,9 @@ int main(int argc, char **argv)
   else if (!strcmp(what, "reuse")) test_reuse();
   else if (!strcmp(what, "grow")) test_grow();
   else if (!strcmp(what, "sparse")) test_sparse();
+  else if (!strcmp(what, "arena")) test_arena();
   else {
-    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse [seconds]\n");
+    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse|arena [seconds]\n");
     return 2;
   }
   return 0;
