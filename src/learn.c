@@ -249,6 +249,11 @@ static bool could_win(int t, int b) {
   return true;
 }
 
+void learn_set_floor(int t, double floor) {
+  L.floor[t] = floor;
+  L.floor_at[t] = L.epochs + 1; /* the epoch learn_rate scores next */
+}
+
 int learn_rate(double os_cost, double mem_cost) {
   double cost = os_cost + mem_cost;
   if (L.rng == 0) learn_reset();
@@ -468,8 +473,7 @@ static void floors(uint64_t now, int s, double os_cost) {
     if (t == s || keeps_more(t, s)) continue;
     double cap = (double)knob_value(t, KNOB_BIGCACHE_MB), lost = cache > cap ? reused * (cache - cap) / cache : 0;
     double os = os_cost + w * lost / 4096 * L.fault_us / 1000 / per;
-    L.floor[t] = os + held_price(L.cf_mib_ms[t]) / (secs + w * (per - secs));
-    L.floor_at[t] = L.epochs + 1; /* the epoch learn_rate scores */
+    learn_set_floor(t, os + held_price(L.cf_mib_ms[t]) / (secs + w * (per - secs)));
   }
 }
 

@@ -45,6 +45,10 @@ void learn_active(void);
  * and mem_cost for memory held (both weighted); returns the strategy to run
  * next. Used by learn_tick and by the tests, which feed it synthetic costs. */
 int learn_rate(double os_cost, double mem_cost);
+/* The least cost strategy t could have had in the epoch learn_rate rates
+ * next (see floors in learn.c): a rival whose floor loses to the best's
+ * cost is not explored. Used by learn_tick and by the tests. */
+void learn_set_floor(int t, double floor);
 void learn_reset(void); /* back to the start state (tests) */
 void learn_start(int strategy); /* runs strategy from now on (the start on speed; tests) */
 int learn_current(void);

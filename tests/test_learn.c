@@ -5,7 +5,8 @@
  *            (a new phase) the winner changes; ratings stay in their bounds;
  *            the same seed and costs give the same choices; rivals are
  *            explored only where they could win (cost in the OS: not leaner
- *            ones; cost in memory: not more generous ones; nil: none)
+ *            ones; cost in memory: not more generous ones; nil: none; not a
+ *            leaner one whose floor loses to the best's cost)
  *   pinned   (run with HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=k) the strategy never
  *            changes, whatever the costs, and its knobs are k's settings;
  *            under speed, a block larger than the freed one takes its
@@ -144,6 +145,24 @@ static void test_rating(void)
   }
   CHECKF(ran[LEAN] > 0 && ran[MEMORY] == 0, "lean a clear loser: lean ran %d, memory %d epochs", ran[LEAN], ran[MEMORY]);
   printf("test_learn rating: lean a clear loser, memory beyond it not explored (lean ran %d epochs): OK\n", ran[LEAN]);
+  /* The cost all memory, lean could win; unless its floor (the default's
+   * time in the OS and the faults its smaller cache would have taken) loses
+   * to the default's cost: then neither it nor memory beyond it is tried. */
+  static const double lean_floor[] = {50, 200};
+  for (int k = 0; k < 2; k++) {
+    learn_reset();
+    int ran_f[LEARN_STRATEGIES] = {0};
+    for (int i = 0; i < 300; i++) {
+      ran_f[learn_current()]++;
+      learn_set_floor(LEAN, lean_floor[k]);
+      learn_rate(0, 100);
+    }
+    CHECKF(k == 0 ? ran_f[LEAN] > 0 : ran_f[LEAN] == 0 && ran_f[MEMORY] == 0,
+           "lean's floor %.0f against the default's 100: lean ran %d, memory %d epochs", lean_floor[k], ran_f[LEAN],
+           ran_f[MEMORY]);
+    printf("test_learn rating: lean's floor %.0f against the default's cost 100: lean ran %d epochs: OK\n",
+           lean_floor[k], ran_f[LEAN]);
+  }
 }
 
 static void test_pinned(int pin)
