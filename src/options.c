@@ -21,9 +21,9 @@ static option_desc_t options[OPT_COUNT] = {
   [OPT_POOL_REGIONS] = {"POOL_REGIONS", 0, 16, "empty 4 MiB regions kept mapped (purged) for reuse", 0},
   [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks kept mapped for reuse", 0},
   [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "milliseconds a freed huge block stays cached", 0},
-  [OPT_HUGE_SLACK_PCT] = {"HUGE_SLACK_PCT", 0, 100,
-                          "percent of a huge block's size that may stay resident as slack when it reuses a bigger "
-                          "cached run (beyond, the slack is purged)", 0},
+  [OPT_HUGE_SLACK_PCT] = {"HUGE_SLACK_PCT", 0, 25,
+                          "percent of a huge block's size that pages left resident beyond it (in its last unit) "
+                          "may add when it is placed on freed pages (beyond, they are purged)", 0},
   [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
   [OPT_LEARN] = {"LEARN", 0, 1, "learn the Large/Huge strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
   [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory", 0},

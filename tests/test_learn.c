@@ -168,7 +168,7 @@ static void test_rating(void)
 static void test_pinned(int pin)
 {
   static const long knobs[LEARN_STRATEGIES][KNOB_COUNT] = {
-    {250, 256, 500, 100}, {10000, 1024, 10000, 100}, {50, 64, 100, 25}, {0, 0, 0, 0}};
+    {250, 256, 500, 25}, {10000, 1024, 10000, 100}, {50, 64, 100, 25}, {0, 0, 0, 0}};
   for (int phase = 0; phase < 4; phase++) {
     for (int i = 0; i < 100; i++) {
       CHECKF(learn_current() == pin, "pinned strategy changed to %d", learn_current());
