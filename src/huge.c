@@ -77,6 +77,12 @@ static size_t reserve_for(size_t need) {
   return need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
 }
 
+/* Moves hak_huge_bytes from a block's old resident bytes to its new. */
+static void huge_bytes_update(size_t old, size_t now) {
+  if (now > old) atomic_fetch_add_explicit(&hak_huge_bytes, now - old, memory_order_relaxed);
+  else atomic_fetch_sub_explicit(&hak_huge_bytes, old - now, memory_order_relaxed);
+}
+
 /* ---- units of an arena ------------------------------------------------------ */
 
 static bool bit_get(const uint64_t *w, size_t i) { return w[i / 64] >> (i % 64) & 1; }
@@ -218,11 +224,9 @@ static size_t units_reserve(arena_t *a, size_t end, size_t n) {
   return n;
 }
 
-/* Gives up a block's reservation [first, first+n): the units still reserved
- * (a unit another block took is no longer). */
-static void units_unreserve(arena_t *a, size_t first, size_t n) {
-  if (n) bits_set(a->reserved, first, n, false);
-}
+/* Gives up a block's reservation [first, first+n) (a unit another block
+ * took meanwhile is no longer reserved: units_take). */
+static void units_unreserve(arena_t *a, size_t first, size_t n) { bits_set(a->reserved, first, n, false); }
 
 /* Gives units [first, first+n) of a back to the free runs. */
 static void units_free(arena_t *a, size_t first, size_t n, uint64_t now) {
@@ -257,12 +261,7 @@ static bool arena_new(size_t n) {
   for (size_t k = 0; k < MAX_ARENAS && a == NULL; k++)
     if (arenas[k].base == NULL) a = &arenas[k];
   if (a) {
-    memset(a->start, 0, sizeof a->start);
-    memset(a->resident, 0, sizeof a->resident);
-    memset(a->free, 0, sizeof a->free);
-    memset(a->purging, 0, sizeof a->purging);
-    memset(a->cached, 0, sizeof a->cached);
-    memset(a->reserved, 0, sizeof a->reserved);
+    memset(a, 0, sizeof *a); /* base stays NULL until published below */
     a->units = units;
     bits_set(a->free, 0, units, true);
     for (size_t off = 0; off < size; off += REGION_SIZE) region_map_set(base + off, MAP_ARENA);
@@ -326,8 +325,8 @@ static size_t cache_evict(bool force) {
   hak_unlock(&hak_lock_huge);
   for (size_t k = 0; k < MAX_ARENAS && marked; k++) {
     arena_t *a = &arenas[k];
-    for (size_t i = 0; a->base && i < a->units; i++) {
-      if (!bit_get(a->purging, i)) continue;
+    for (size_t i = next_bit(a, a->purging, NULL, 0, true); a->base && i < a->units;
+         i = next_bit(a, a->purging, NULL, i + 1, true)) {
       size_t first = i, bytes = a->resident[i]; /* a run of whole units and its last: one call */
       while (i + 1 < a->units && bit_get(a->purging, i + 1) && a->resident[i] == ARENA_UNIT) bytes += a->resident[++i];
       total += os_purge(unit_base(a, first), bytes);
@@ -396,11 +395,11 @@ static size_t block_settle(arena_t *a, size_t first, size_t n, size_t need, size
  * write extent bytes (its usable size and header); sets *residentp, *arenap
  * and *reservep. NULL when no arena could be had. What a freed block left
  * resident beyond need stays with it up to HAKMEM_HUGE_SLACK_PCT of need. A
- * block that realloc grows is placed where the n units after it are free
- * too, and reserves them: other blocks go elsewhere while there is room, so
- * it grows in place, and their pages stay in the cache meanwhile (held by the
- * block, eight buffers grown to 1 MiB held twice their size: realloc bench
- * peak 14.7 -> 19-21 MB). */
+ * block that realloc grows is placed like any other and reserves up to n
+ * free units after it: other blocks go elsewhere while there is room, so it
+ * grows in place, and the reserved units' pages stay in the cache meanwhile
+ * (taken into the block instead, eight buffers grown to 1 MiB held twice
+ * their size: realloc bench peak 14.7 -> 19-21 MB). */
 static char *arena_alloc(size_t n, size_t need, size_t extent, size_t offset, size_t size, bool zero, bool growing,
                          size_t *residentp, arena_t **arenap, size_t *reservep) {
   place_t p;
@@ -560,8 +559,7 @@ static bool arena_resize(huge_header_t *h, size_t need, size_t extent) {
   hak_unlock(&hak_lock_huge);
   if (extent > n * ARENA_UNIT) extent = n * ARENA_UNIT;
   size_t resident = block_settle(a, first, n, need, extent, n * ARENA_UNIT, NULL, NULL);
-  if (resident > h->resident) atomic_fetch_add_explicit(&hak_huge_bytes, resident - h->resident, memory_order_relaxed);
-  else atomic_fetch_sub_explicit(&hak_huge_bytes, h->resident - resident, memory_order_relaxed);
+  huge_bytes_update(h->resident, resident);
   h->resident = resident;
   h->map_size = n * ARENA_UNIT;
   h->usable = extent - (size_t)(h->block - (char *)h);
@@ -648,13 +646,12 @@ void *huge_realloc(void *p, size_t size) {
      * per page: realloc bench, 1,258 mremap calls -> 6). */
     if ((h = own_resize(h, need)) == NULL) return NULL;
   }
-  if (h->arena == NULL) {
+  if (h->arena == NULL) { /* arena_resize accounts for its own */
     size_t resident = old_resident > need ? old_resident : need;
     h->resident = resident < h->map_size ? resident : h->map_size;
-    if (h->resident > old_resident) atomic_fetch_add_explicit(&hak_huge_bytes, h->resident - old_resident, memory_order_relaxed);
-    else atomic_fetch_sub_explicit(&hak_huge_bytes, old_resident - h->resident, memory_order_relaxed);
+    huge_bytes_update(old_resident, h->resident);
+    h->usable = need - offset;
   }
-  if (h->arena == NULL) h->usable = need - offset;
   stat_free(STAT_ROW_HUGE, old_usable, true);
   stat_alloc(STAT_ROW_HUGE, h->usable);
   return h->block;

@@ -472,7 +472,7 @@ static void floors(uint64_t now, int s, double os_cost) {
     L.floor_at[t] = 0;
     if (t == s || keeps_more(t, s)) continue;
     double cap = (double)knob_value(t, KNOB_BIGCACHE_MB), lost = cache > cap ? reused * (cache - cap) / cache : 0;
-    double os = os_cost + w * lost / 4096 * L.fault_us / 1000 / per;
+    double os = os_cost + w * lost / (double)os_page_size() * L.fault_us / 1000 / per;
     learn_set_floor(t, os + held_price(L.cf_mib_ms[t]) / (secs + w * (per - secs)));
   }
 }

@@ -19,7 +19,7 @@ static option_desc_t options[OPT_COUNT] = {
   [OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 0, 250,
                           "milliseconds freed memory stays resident before madvise (0 = at once, -1 = never)", 0},
   [OPT_POOL_REGIONS] = {"POOL_REGIONS", 0, 16, "empty 4 MiB regions kept mapped (purged) for reuse", 0},
-  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks kept mapped for reuse", 0},
+  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks' pages kept resident for reuse (beyond, the oldest are purged)", 0},
   [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "milliseconds a freed huge block stays cached", 0},
   [OPT_HUGE_SLACK_PCT] = {"HUGE_SLACK_PCT", 0, 25,
                           "percent of a huge block's size that pages left resident beyond it (in its last unit) "
