@@ -37,9 +37,15 @@
  * phase as cost_ms = W * sys_ms + (1 - W) * xs: one MiB held one second
  * weighs as much as one millisecond in the kernel.
  *
+ * With PHASES_TRIM_IDLE=1 in the environment the program calls
+ * malloc_trim(0) on entering each idle phase, as a program that knows it goes
+ * idle can: the idle phases then show what an allocator told of the boundary
+ * still pays there (purging what it kept for the burst before).
+ *
  * usage: phases [phase=SECONDS] [seed=N]
  */
 #define _GNU_SOURCE
+#include <malloc.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -171,6 +177,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "phases: phase must be > 0\n");
         return 2;
     }
+    const char *trim_env = getenv("PHASES_TRIM_IDLE");
+    int trim_idle = trim_env && strcmp(trim_env, "1") == 0;
     uint64_t rng = rng_seed(seed, 0);
     slot_t *churn = map_slots(CHURN_SLOTS), *big = map_slots(BURST2_SLOTS);
     double base_rss = rss_kib() / 1024.0;
@@ -225,6 +233,7 @@ int main(int argc, char **argv)
             break;
         default: /* idle, idle2: hold only the survivors, allocate nothing */
             release_all(big, BURST2_SLOTS, 0);
+            if (trim_idle) malloc_trim(0);
             while (now_sec() < end) {
                 struct timespec ts = {0, 10000000};
                 nanosleep(&ts, NULL);

@@ -304,6 +304,21 @@ if phases:
     if oracle and learn is not None:
         L += ["", f"Best pinned strategy chosen afresh in each phase (an oracle's schedule), summed: {oracle:.1f} ms; "
                   f"learning: {learn:.1f} ms ({learn / oracle:.2f}x)."]
+    # hakmem-told: learning, and the program calls malloc_trim(0) entering each idle phase
+    told = {p: pmed("hakmem-told", cost_of(p)) for p in ("idle", "idle2")}
+    if None not in told.values() and pins:
+        parts = []
+        for p, v in told.items():
+            pv = {c: pmed(c, cost_of(p)) for c in pins}
+            pv = {c: x for c, x in pv.items() if x is not None}
+            if pv:
+                b = min(pv, key=pv.get)
+                parts.append(f"{p} {v:.1f} against {pv[b]:.1f} ({b[len('hakmem-'):]}, {v / pv[b]:.2f}x)")
+        L += ["", "Told when each idle phase starts (`hakmem-told`: learning at W = 50, and the program calls "
+                  "`malloc_trim(0)` entering each idle phase), the learner's idle cost against the best pinned "
+                  "strategy's: " + "; ".join(parts) + ". The best pinned strategy of an idle phase kept nothing in "
+                  "the burst before it; one that served the burst fast purges the burst's cache in the idle phase, "
+                  "told or not."]
     # (a) weight 0: memory held in the idle phases, against each peer
     L += ["", "Claims, computed from the medians:", ""]
     def claim_inputs(cfg, fig, phases, label):

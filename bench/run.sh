@@ -38,7 +38,7 @@ mkdir -p "$OUT"
 WORKLOADS="larson random_mixed mid_large_mt memory cross_thread realloc large fastpath phases"
 # hakmem's learner reads these; the runner sets them per configuration (below),
 # so that plain "hakmem" means the defaults whatever the calling shell exports.
-unset HAKMEM_LEARN HAKMEM_LEARN_PIN HAKMEM_LEARN_WEIGHT
+unset HAKMEM_LEARN HAKMEM_LEARN_PIN HAKMEM_LEARN_WEIGHT PHASES_TRIM_IDLE
 
 # ---- workloads: build them with cc if CMake has not -------------------------
 for w in $WORKLOADS; do
@@ -92,10 +92,13 @@ add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
 add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)" "" -phases
 # hakmem's learned Large/Huge strategy, for the phases workload only: learning
 # with all weight on memory (w0) or on time (w100), and each strategy pinned
-# (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50.
+# (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50;
+# hakmem-told learns so too, and the program calls malloc_trim(0) entering
+# each idle phase: what knowing the boundary would leave to pay there.
 if [ "${ALLOCS[0]:-}" = hakmem ]; then
   for w in 0 100; do add_alloc hakmem-w$w "$HAKMEM_LIB" "" "HAKMEM_LEARN=1 HAKMEM_LEARN_WEIGHT=$w" phases; done
   for k in 0 1 2 3; do add_alloc hakmem-pin$k "$HAKMEM_LIB" "" "HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=$k" phases; done
+  add_alloc hakmem-told "$HAKMEM_LIB" "" "PHASES_TRIM_IDLE=1" phases
 fi
 add_alloc glibc "" ""
 add_alloc mimalloc "$(find_lib libmimalloc.so.2)" "apt-get install libmimalloc-dev"
@@ -105,7 +108,7 @@ echo "run.sh: $MODE mode, $ROUNDS round(s); allocators: ${ALLOCS[*]}" >&2
 for s in "${SKIPPED[@]}"; do echo "run.sh: skipped $s" >&2; done
 
 # ---- cases: "workload|case label|arguments[|at most N rounds]" ----------------
-# phases: six phases of 1 s under 11 configurations is 66 s a round, so the
+# phases: six phases of 1 s under 12 configurations is 72 s a round, so the
 # full mode gives it 3 rounds (about 3.5 minutes), not 5.
 if [ $MODE = full ]; then
   CASES=(
