@@ -42,11 +42,14 @@ void *hak_pvalloc(size_t size) HAK_MALLOC_ATTR;
 size_t hak_malloc_usable_size(const void *p);
 
 /* glibc extras. */
+struct mallinfo;
 struct mallinfo2;
 int hak_malloc_trim(size_t pad);
 int hak_mallopt(int param, int value);
 void hak_malloc_stats(void);
 struct mallinfo2 hak_mallinfo2(void);
+/* mallinfo2's figures in glibc's older int fields, each at most INT_MAX. */
+struct mallinfo hak_mallinfo(void);
 
 /* hakmem's own. */
 /* Nonzero when p points into memory hakmem manages (any block, live or not). */

@@ -3,6 +3,7 @@
  * standard names. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <string.h>
 
@@ -278,6 +279,24 @@ HAK_API struct mallinfo2 hak_mallinfo2(void) {
   mi.uordblks = spans + huge;
   mi.fordblks = mapped > spans ? mapped - spans : 0;
   mi.keepcost = 0;
+  return mi;
+}
+
+HAK_API struct mallinfo hak_mallinfo(void) {
+  struct mallinfo2 m2 = hak_mallinfo2();
+  struct mallinfo mi;
+#define MI_INT(x) ((x) > INT_MAX ? INT_MAX : (int)(x))
+  mi.arena = MI_INT(m2.arena);
+  mi.ordblks = MI_INT(m2.ordblks);
+  mi.smblks = MI_INT(m2.smblks);
+  mi.hblks = MI_INT(m2.hblks);
+  mi.hblkhd = MI_INT(m2.hblkhd);
+  mi.usmblks = MI_INT(m2.usmblks);
+  mi.fsmblks = MI_INT(m2.fsmblks);
+  mi.uordblks = MI_INT(m2.uordblks);
+  mi.fordblks = MI_INT(m2.fordblks);
+  mi.keepcost = MI_INT(m2.keepcost);
+#undef MI_INT
   return mi;
 }
 

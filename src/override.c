@@ -24,3 +24,17 @@ int malloc_trim(size_t pad) ALIAS(hak_malloc_trim);
 int mallopt(int param, int value) ALIAS(hak_mallopt);
 void malloc_stats(void) ALIAS(hak_malloc_stats);
 struct mallinfo2 mallinfo2(void) ALIAS(hak_mallinfo2);
+struct mallinfo mallinfo(void) ALIAS(hak_mallinfo);
+
+/* glibc's own names for its allocator, which some libraries call directly: a
+ * block that went out through one name and came back through the other would
+ * otherwise cross allocators. */
+void *__libc_malloc(size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(1) ALIAS(hak_malloc);
+void *__libc_calloc(size_t count, size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(1, 2) ALIAS(hak_calloc);
+void *__libc_realloc(void *p, size_t size) HAK_ALLOC_SIZE(2) ALIAS(hak_realloc);
+void __libc_free(void *p) ALIAS(hak_free);
+void *__libc_memalign(size_t align, size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(2) ALIAS(hak_memalign);
+void *__libc_valloc(size_t size) HAK_MALLOC_ATTR HAK_ALLOC_SIZE(1) ALIAS(hak_valloc);
+void *__libc_pvalloc(size_t size) HAK_MALLOC_ATTR ALIAS(hak_pvalloc);
+int __libc_mallopt(int param, int value) ALIAS(hak_mallopt);
+struct mallinfo __libc_mallinfo(void) ALIAS(hak_mallinfo);

@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -483,6 +484,16 @@ static void test_extras(void)
   A(free)(blk);
   struct mallinfo2 m2 = A(mallinfo2)();
   CHECKF(m2.uordblks + 5 * MiB <= m1.uordblks, "uordblks %zu -> %zu after freeing 10 MiB", m1.uordblks, m2.uordblks);
+  /* mallinfo: the same figures in int fields (glibc deprecates it; programs still call it). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  struct mallinfo m3 = A(mallinfo)();
+  struct mallinfo2 m4 = A(mallinfo2)();
+#pragma GCC diagnostic pop
+  CHECKF(m3.uordblks >= 0 && (size_t)m3.uordblks == (m4.uordblks > INT_MAX ? INT_MAX : m4.uordblks),
+         "mallinfo uordblks %d, mallinfo2 %zu", m3.uordblks, m4.uordblks);
+  CHECKF((size_t)m3.arena == (m4.arena > INT_MAX ? INT_MAX : m4.arena), "mallinfo arena %d, mallinfo2 %zu", m3.arena,
+         m4.arena);
 
   /* malloc_stats writes to stderr; hak_stats_print writes its report to fd. */
   int st;
@@ -493,6 +504,43 @@ static void test_extras(void)
   CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hak_stats_print child status %#x", st);
   CHECKF(strstr(out, "hakmem") != NULL, "hak_stats_print output lacks \"hakmem\": %.200s", out);
 }
+
+/* ---- glibc's __libc_ names ---- */
+
+#ifndef USE_HAK_API
+void *__libc_malloc(size_t size);
+void *__libc_calloc(size_t count, size_t size);
+void *__libc_realloc(void *p, size_t size);
+void __libc_free(void *p);
+void *__libc_memalign(size_t align, size_t size);
+
+/* Some libraries call glibc's allocator by these names: a block must be able
+ * to go out through one name and come back through the other. */
+static void test_libc_names(void)
+{
+  char *p = tu_launder(__libc_malloc(100));
+  CHECKF(p != NULL && hak_owns(p), "__libc_malloc gave %p, not hakmem's", (void *)p);
+  memset(p, 'a', 100);
+  p = tu_launder(realloc(p, 5000));
+  CHECK(p != NULL && p[0] == 'a' && p[99] == 'a');
+  free(p);
+  p = tu_launder(malloc(300));
+  CHECK(p != NULL);
+  __libc_free(p);
+  char *q = tu_launder(malloc(300)); /* the block freed last goes out first: __libc_free freed it */
+  CHECKF(q == p, "malloc after __libc_free gave %p, not the freed %p", (void *)q, (void *)p);
+  memset(q, 'c', 300);
+  q = tu_launder(__libc_realloc(q, 40000));
+  CHECK(q != NULL && hak_owns(q) && q[0] == 'c' && q[299] == 'c');
+  __libc_free(q);
+  p = tu_launder(__libc_calloc(1000, 10));
+  CHECK(p != NULL && hak_owns(p) && all_zero(p, 10000));
+  __libc_free(p);
+  p = tu_launder(__libc_memalign(4096, 100));
+  CHECK(p != NULL && hak_owns(p) && (uintptr_t)p % 4096 == 0);
+  free(p);
+}
+#endif
 
 /* ---- ownership and foreign pointers ---- */
 
@@ -628,6 +676,9 @@ int main(void)
   test_realloc();
   test_free_sized();
   test_extras();
+#ifndef USE_HAK_API
+  test_libc_names();
+#endif
   test_owns_and_foreign();
   printf("test_api (%s): all checks passed in %.2f s\n", API_NAME, tu_now() - t0);
   return 0;
