@@ -277,6 +277,14 @@ def cost_of(p, w=0.5):
     return lambda r: pcost(r, p, w)
 
 
+def best_pinned(p):
+    """The pinned configuration with the lowest median cost of phase p (or "total"), and that cost; (None, None) if none ran."""
+    pv = {c: pmed(c, cost_of(p)) for c in pins}
+    pv = {c: v for c, v in pv.items() if v is not None}
+    best = min(pv, key=pv.get) if pv else None
+    return best, pv.get(best)
+
+
 if phases:
     k0 = kv(next((r["result"] for key in phases for rs in groups[key].values() for r in rs if r["status"] == "ok"), ""))
     plen = k0.get("phase_s", "?")
@@ -292,13 +300,11 @@ if phases:
           "| phase | " + " | ".join(pconfigs) + " | learn / best pinned |", "|---|" + "---:|" * (len(pconfigs) + 1)]
     oracle = 0.0
     for p in PH + ["total"]:
-        pv = {c: pmed(c, cost_of(p)) for c in pins}
-        pv = {c: v for c, v in pv.items() if v is not None}
-        best = min(pv, key=pv.get) if pv else None
+        best, bv = best_pinned(p)
         if p != "total":
-            oracle = oracle + pv[best] if best and oracle is not None else None
+            oracle = oracle + bv if best and oracle is not None else None
         learn = pmed("hakmem", cost_of(p))
-        ratio = f"{learn / pv[best]:.2f} ({best[len('hakmem-'):]})" if best and learn is not None and pv[best] > 0 else "n/a"
+        ratio = f"{learn / bv:.2f} ({best[len('hakmem-'):]})" if best and learn is not None and bv > 0 else "n/a"
         L.append(f"| {p} | " + " | ".join(pcell(c, cost_of(p), bold=c == best) for c in pconfigs) + f" | {ratio} |")
     learn = pmed("hakmem", cost_of("total"))
     if oracle and learn is not None:
@@ -309,11 +315,9 @@ if phases:
     if None not in told.values() and pins:
         parts = []
         for p, v in told.items():
-            pv = {c: pmed(c, cost_of(p)) for c in pins}
-            pv = {c: x for c, x in pv.items() if x is not None}
-            if pv:
-                b = min(pv, key=pv.get)
-                parts.append(f"{p} {v:.1f} against {pv[b]:.1f} ({b[len('hakmem-'):]}, {v / pv[b]:.2f}x)")
+            b, bv = best_pinned(p)
+            if b and bv > 0:
+                parts.append(f"{p} {v:.1f} against {bv:.1f} ({b[len('hakmem-'):]}, {v / bv:.2f}x)")
         L += ["", "Told when each idle phase starts (`hakmem-told`: learning at W = 50, and the program calls "
                   "`malloc_trim(0)` entering each idle phase), the learner's idle cost against the best pinned "
                   "strategy's: " + "; ".join(parts) + ". The best pinned strategy of an idle phase kept nothing in "
