@@ -56,8 +56,20 @@ struct mallinfo hak_mallinfo(void);
 int hak_owns(const void *p);
 /* Writes the statistics report (as HAKMEM_STATS=1 prints at exit) to fd. */
 void hak_stats_print(int fd);
+/* Writes the same report as one JSON object (as HAKMEM_STATS=json prints at
+ * exit) into buf, cut short and NUL-terminated if it does not fit; returns its
+ * full length, as snprintf does. Its "resident" object says where each byte
+ * of the process's resident set is. */
+size_t hak_stats_json(char *buf, size_t len);
+/* Writes the heap profile (HAKMEM_PROFILE) of the blocks live now to path,
+ * and its collapsed stacks to path.folded; path NULL: HAKMEM_PROFILE's.
+ * Returns 0, or an errno value: EINVAL when profiling is off. */
+int hak_profile_dump(const char *path);
 /* Hands the calling thread's heap back now, as thread exit does. */
 void hak_thread_done(void);
+/* Writes every HAKMEM_* option to fd, one a line: its value in effect, its
+ * default and its meaning. */
+void hak_options_print(int fd);
 
 #ifdef __cplusplus
 }

@@ -1,98 +1,200 @@
 /* The allocation API: the hak_ functions, with the malloc and free fast
  * paths. override.c includes this file to give the same functions the
- * standard names. */
+ * standard names. Layer 6. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
 #include <string.h>
 
-#include "internal.h"
+#include "api.h"
+#include "heap.h"
+#include "huge.h"
+#include "large.h"
+#include "learn.h"
+#include "map.h"
 #include "options.h"
+#include "prof.h"
+#include "purge.h"
+#include "region.h"
+#include "size_class.h"
 #include "stats.h"
 
 /* ---- slow paths ----------------------------------------------------------- */
+
+/* Every TICK_EVERY slow paths a thread looks at the clock: its heap's
+ * periodic work, the learner's sample, a purge round when one is due. A
+ * thread that only frees has no heap but ticks all the same. */
+#define TICK_EVERY 16
+#define REALLOC_HUGE_MIN ((size_t)256 * 1024)
+static __thread uint32_t slow_calls __attribute__((tls_model("initial-exec")));
+
+static hak_noinline void slow_tick(heap_t *heap) {
+  uint64_t now = os_now_ms();
+  if (heap != &hak_heap_empty) heap_tick(heap, now);
+  learn_tick(0);
+  purge_tick(now);
+}
+
+hak_inline void maybe_tick(heap_t *heap) {
+  if (unlikely((++slow_calls & (TICK_EVERY - 1)) == 0)) slow_tick(heap);
+}
+
+/* Profiling: an allocation that takes the heap's sampling count below zero
+ * is sampled. The profiling library's malloc counts on its fast path
+ * (HAKMEM_PROFILING); the default library counts here, and its fast path
+ * through proxies (heap.h), a Small size counting its class's bytes, as the
+ * proxies do. A sampled block is a page run of its own, whose free then
+ * takes the slow path and tells the profiler; a Small size whose class is a
+ * multiple of an alignment above a page (alloc_aligned) gets that alignment. */
+static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, bool zero, void **out) {
+  if (prof_nested()) return false;
+  size_t counted = size;
+  if (!HAKMEM_PROFILING) {
+    if (heap->proxy == NULL && !heap_sampling_start(heap, prof_interval())) return false;
+    if (size <= SMALL_MAX && align <= MIN_ALIGN) {
+      unsigned cls = size_class(harden_min_size(size));
+      heap_sample_settle(heap, cls);
+      counted = hak_class_size[cls];
+    }
+    heap->sample_left -= (int64_t)MIN(counted, (size_t)INT64_MAX / 2);
+  } else if (!heap->sampling) { /* a new heap: its first count starts */
+    heap->sampling = true;
+    heap->sample_left = prof_interval();
+    return false;
+  }
+  if (heap->sample_left >= 0) return false;
+  heap->sample_left = prof_interval();
+  if (counted <= SMALL_MAX && (counted & -counted) > os_page_size()) align = MAX(align, counted & -counted);
+  void *p = NULL;
+  if (size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
+  if (p == NULL) p = huge_alloc(size, align, zero);
+  if (p == NULL) return false;
+  prof_record(p, size, counted);
+  *out = p;
+  return true;
+}
 
 /* Everything malloc's fast path does not handle: first use by a thread, an
  * exhausted slab, sizes above the small classes, alignment, zeroing. The
  * size comes first, where malloc received it: the fast path then needs no
  * register move before its tail call (and likewise p for free_slow). */
 static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bool zero) {
-  if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
-    errno = ENOMEM;
-    return NULL;
+  if (heap == &hak_heap_empty) {
+    hak_process_init();
+    if ((heap = heap_init_thread()) == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
   }
-  heap_slow_tick(heap);
+  maybe_tick(heap);
+  learn_active();
   void *p = NULL;
-  if (size <= SMALL_MAX && align <= MIN_ALIGN) {
-    p = heap_alloc_small_slow(heap, size_class(secure_min_size(size)));
-    if (p && zero) memset(p, 0, size);
-  } else if (size <= LARGE_MAX && align <= REGION_SIZE / 2) {
-    p = large_alloc(heap, size, align, zero);
+  if (unlikely(prof_on)) {
+    if (alloc_sampled(size, heap, align, zero, &p)) return p;
+  } else if (HAKMEM_PROFILING) {
+    heap->sample_left = INT64_MAX; /* not profiling: the count never runs out */
   }
-  if (p == NULL && (size > SMALL_MAX || align > MIN_ALIGN)) p = huge_alloc(size, align, zero, false);
+  for (int tries = 0; tries < 2 && p == NULL; tries++) {
+    if (tries && !purge_release_cached()) break; /* out of address space: unmap the caches, once */
+    if (size <= SMALL_MAX && align <= MIN_ALIGN) {
+      p = heap_alloc_small_slow(heap, size_class(harden_min_size(size)));
+      if (p && zero) memset(p, 0, size);
+      continue;
+    }
+    if (size > SMALL_MAX) learn_tick(size);
+    if (size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
+    if (p == NULL) p = huge_alloc(size, align, zero);
+  }
   if (p == NULL) errno = ENOMEM;
   return p;
 }
 
 /* ---- fast paths ------------------------------------------------------------- */
 
+/* A block of the view's list (block_take: never one already handed out). */
 hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
   slab_t *s = heap->active[cls];
-  if (likely(s->free != NULL)) return slab_pop(s);
+  block_t *b = s->free;
+  if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
   return NULL;
 }
 
-/* A tiny block's next one is fetched for writing (prefetch_write): mid
- * blocks lost 2 % by it (mid_large_mt), tiny ones passed between threads
- * gained 8 % (cross_thread). */
+/* A block's next one is fetched for writing: a block another thread
+ * freed is still dirty in that thread's cache, and one transfer for writing
+ * costs less than a read and then an upgrade. */
+hak_inline void prefetch_write(const void *p) {
+#if defined(__x86_64__)
+  __asm__("prefetchw (%0)" : : "r"(p));
+#else
+  __builtin_prefetch(p, 1);
+#endif
+}
+
+/* The profiling library (HAKMEM_PROFILING) counts each allocation against
+ * the heap's sampling interval first. */
 hak_inline void *alloc_inline(size_t size) {
   heap_t *heap = heap_get();
+  if (HAKMEM_PROFILING && unlikely((heap->sample_left -= (int64_t)size) < 0)) return alloc_slow(size, heap, 0, false);
   slab_t *s;
-  size = secure_min_size(size);
-  if (size <= TINY_MAX) {
+  size = harden_min_size(size);
+  block_t *b;
+  if (size <= DIRECT_MAX) {
     s = heap->direct[(size + 7) >> 3];
-    if (likely(s->free != NULL)) {
-      void *p = slab_pop(s);
+    b = s->free;
+    if (likely(slab_take(s, b))) {
+      slab_pop_taken(s, b);
       prefetch_write(s->free);
-      return p;
+      return b;
     }
   } else if (size <= SMALL_MAX) {
     s = heap->mid[(size + 255) >> 8];
-    if (likely(s->free != NULL)) return slab_pop(s);
+    b = s->free;
+    if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
   }
   return alloc_slow(size, heap, 0, false);
 }
 
 static hak_noinline void free_slow(void *p, heap_t *heap) {
   if (p == NULL) return;
-  uint8_t kind = region_map_kind(p);
-  if (kind >= MAP_HUGE) {
-    huge_free(p);
-    return;
+  uint8_t kind = map_kind(p);
+  bool ok = true;
+  if (kind == MAP_REGION && slab_of(p)->kind == SLAB_NONE) {
+    if (unlikely(prof_on)) prof_forget(p);
+    ok = large_free(p, true);
+  } else if (kind == MAP_REGION) {
+    slab_t *s = slab_of(p);
+    if ((ok = slab_is_block(s, p))) {
+      bool local = slab_heap(s) == heap;
+      harden_on_free(s, p);
+      stat_free(s->cls, s->bsize, local);
+      if (local) {
+        heap_free_local_slow(heap, s, p);
+      } else {
+        uint64_t word = slab_free_remote(s, p);
+        if (unlikely(slab_remote_full(s, word))) heap_remote_full(s, word);
+      }
+    }
+  } else if (kind >= MAP_HUGE && kind != MAP_RESERVED) {
+    learn_active();
+    if (unlikely(prof_on)) prof_forget(p);
+    ok = huge_free(p);
+  } else {
+    ok = false;
   }
-  slab_t *s = kind == MAP_REGION ? slab_of(p) : NULL; /* read nothing of a foreign pointer */
-  if (s == NULL || !slab_is_block(s, p)) {
-    hak_report_bad_pointer("free", p);
-    return;
-  }
-  bool local = slab_heap(s) == heap;
-  if (s->kind == SLAB_SMALL) secure_on_free(s, p);
-  stat_free(s->kind == SLAB_LARGE ? STAT_ROW_LARGE : s->cls, s->bsize, local);
-  if (!local) slab_free_remote(s, p);
-  else if (s->kind == SLAB_LARGE) large_free(heap, s);
-  else heap_free_local_slow(heap, s, p);
+  if (!ok) hak_report_bad_pointer("free", p);
+  maybe_tick(heap);
 }
 
 hak_inline void free_inline(void *p) {
   heap_t *heap = heap_get();
-  size_t i = region_map_index(p);
-  if (likely(region_map_is_region(i))) {
+  size_t i = map_index(p);
+  if (likely(map_fast_is_region(i))) {
     slab_t *s = slab_of_entry(i, p);
     if (likely(slab_owned_by(s, heap))) {
       block_t *b = p;
-      secure_on_free(s, b);
-      block_set_next(s, b, s->free);
+      harden_on_free(s, b);
+      block_link(s, b, s->free);
       s->free = b;
       if (unlikely(--s->used == 0)) heap_slab_empty(heap, s);
       return;
@@ -110,20 +212,19 @@ hak_inline void free_inline(void *p) {
 static void *alloc_aligned(size_t size, size_t align) {
   if (align <= 8 && size <= SMALL_MAX) return alloc_inline(size);
   heap_t *heap = heap_get();
+  bool sample = HAKMEM_PROFILING && (heap->sample_left -= (int64_t)size) < 0;
   if (size <= SMALL_MAX && align <= SMALL_MAX) {
     unsigned cls = size_class(size < align ? align : size);
     while (cls < NUM_CLASSES && hak_class_size[cls] % align) cls++;
     if (cls < NUM_CLASSES) {
-      void *p = alloc_small(heap, cls);
+      void *p = sample ? NULL : alloc_small(heap, cls);
       if (likely(p != NULL)) return p;
       return alloc_slow(hak_class_size[cls], heap, 0, false);
     }
-    size = SMALL_MAX + 1; /* no class fits: a large span does */
+    size = SMALL_MAX + 1; /* no class fits: a page run does */
   }
   return alloc_slow(size, heap, align, false);
 }
-
-static bool is_pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 
 /* ---- the API -------------------------------------------------------------- */
 
@@ -142,22 +243,27 @@ HAK_API void *hak_calloc(size_t count, size_t size) {
     return NULL;
   }
   heap_t *heap = heap_get();
+  if (HAKMEM_PROFILING && unlikely((heap->sample_left -= (int64_t)total) < 0)) return alloc_slow(total, heap, 0, true);
   if (likely(total <= SMALL_MAX)) {
-    void *p = alloc_small(heap, size_class(secure_min_size(total)));
+    void *p = alloc_small(heap, size_class(harden_min_size(total)));
     if (likely(p != NULL)) return memset(p, 0, total);
   }
   return alloc_slow(total, heap, 0, true);
 }
 
+
 /* The usable size of p, whose map entry is kind; 0 when p is not a block. */
-hak_inline size_t usable_size(const void *p, uint8_t kind) {
-  if (kind >= MAP_HUGE) return huge_usable_size(p);
-  if (kind != MAP_REGION) return 0;
-  slab_t *s = slab_of(p);
-  return slab_is_block(s, p) ? s->bsize : 0;
+static size_t usable_size(const void *p, uint8_t kind) {
+  if (kind == MAP_REGION) {
+    slab_t *s = slab_of(p);
+    if (s->kind == SLAB_NONE) return large_usable_size(p);
+    return slab_is_block(s, p) ? s->bsize : 0;
+  }
+  if (kind >= MAP_HUGE && kind != MAP_RESERVED) return huge_usable_size(p);
+  return 0;
 }
 
-HAK_API size_t hak_malloc_usable_size(const void *p) { return usable_size(p, region_map_kind(p)); }
+HAK_API size_t hak_malloc_usable_size(const void *p) { return p ? usable_size(p, map_kind(p)) : 0; }
 
 HAK_API void *hak_realloc(void *p, size_t size) {
   if (p == NULL) return alloc_inline(size);
@@ -165,7 +271,7 @@ HAK_API void *hak_realloc(void *p, size_t size) {
     free_inline(p);
     return NULL;
   }
-  uint8_t kind = region_map_kind(p);
+  uint8_t kind = map_kind(p);
   size_t old = usable_size(p, kind);
   if (old == 0) {
     hak_report_bad_pointer("realloc", p);
@@ -173,26 +279,28 @@ HAK_API void *hak_realloc(void *p, size_t size) {
     return NULL;
   }
   if (size <= old && (size > old / 2 || old <= 64)) return p;
-  heap_t *heap = heap_get();
-  if (kind == MAP_REGION && size > SMALL_MAX && size <= LARGE_MAX * 2) {
-    slab_t *s = slab_of(p);
-    if (s->kind == SLAB_LARGE && large_resize_in_place(heap, s, size)) return p;
-  } else if ((kind == MAP_HUGE || kind == MAP_ARENA) && size >= REALLOC_HUGE_MIN) {
+  bool large = kind == MAP_REGION && slab_of(p)->kind == SLAB_NONE;
+  if (large && size > SMALL_MAX && size <= LARGE_MAX && large_resize(p, size)) {
+    if (unlikely(prof_on)) prof_moved(p, p, size);
+    return p;
+  }
+  if (kind != MAP_REGION && size >= REALLOC_HUGE_MIN) {
     void *q = huge_realloc(p, size);
+    if (q && unlikely(prof_on)) prof_moved(p, q, size);
     if (q) return q;
   }
-  /* A block that grows to REALLOC_HUGE_MIN and cannot grow in place becomes
-   * a Huge mapping: later growth is in place or by mremap, which moves its
-   * pages instead of copying them and leaves no freed copy resident
-   * (realloc bench: peak RSS 21.5 -> 14.9 MiB; memcpy 115 M -> 22 M
-   * instructions over 4 rounds).
-   * Smaller, it moves to a span with free units after it. */
-  void *q = NULL;
-  if (size > old && size >= REALLOC_HUGE_MIN) q = huge_alloc(size, MIN_ALIGN, false, true);
-  else if (size > old && size > SMALL_MAX && heap != &hak_heap_empty) q = large_alloc_growing(heap, size);
+  /* A block that grows out of its place to REALLOC_HUGE_MIN or more moves to
+   * a mapping of its own, where later growth is in place or moves its pages
+   * instead of copying them, leaving no freed copy resident. Below, the size
+   * classes (a quarter per step) give a buffer grown a little at a time
+   * room to grow in place. */
+  bool grows = size > old && size > SMALL_MAX;
+  void *q = grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE ? huge_alloc_growing(size) : NULL;
   if (q == NULL && (q = alloc_inline(size)) == NULL) return NULL;
   memcpy(q, p, old < size ? old : size);
-  free_inline(p);
+  if (large && unlikely(prof_on)) prof_forget(p);
+  if (large) large_free(p, false);
+  else free_inline(p);
   return q;
 }
 
@@ -243,42 +351,39 @@ HAK_API void *hak_pvalloc(size_t size) {
   return alloc_aligned(rounded ? rounded : page, page);
 }
 
-/* Gives back everything free: this thread's cached slabs, abandoned heaps,
- * resident free units, the BigCache. Other threads' heaps are theirs. */
-HAK_API int hak_malloc_trim(size_t pad) {
-  size_t n = 0;
-  heap_t *heap = heap_get();
-  if (heap != &hak_heap_empty) {
-    n += heap_trim(heap); /* first: it collects remote frees */
-    n += heap_purge_sparse(heap);
+HAK_API int hak_malloc_trim(size_t pad) { return purge_all(); }
+
+/* glibc's parameters are accepted (hakmem has no arenas, trim threshold or
+ * mmap threshold to set: its purging is time-decayed); any other is an
+ * error, as in glibc. */
+HAK_API int hak_mallopt(int param, int value) {
+  switch (param) {
+  case M_MXFAST: case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_THRESHOLD: case M_MMAP_MAX:
+  case M_CHECK_ACTION: case M_PERTURB: case M_ARENA_TEST: case M_ARENA_MAX:
+    return 1;
+  default:
+    return 0;
   }
-  n += heap_trim_abandoned();
-  region_pool_purge_due(0, 0);
-  n += huge_trim(false);
-  return n > 0;
 }
 
-bool hak_release_cached(void) {
-  size_t n = huge_trim(true);
-  n += region_pool_unmap();
-  return n > 0;
+HAK_API int hak_profile_dump(const char *path) {
+  char buf[480];
+  if (path == NULL) path = hak_option_path(OPT_PROFILE, buf, sizeof buf) ? buf : NULL;
+  return path ? prof_dump(path) : EINVAL;
 }
-
-HAK_API int hak_mallopt(int param, int value) { return 1; }
 
 HAK_API void hak_malloc_stats(void) { hak_stats_print(2); }
 
 HAK_API struct mallinfo2 hak_mallinfo2(void) {
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
-  size_t mapped = (size_t)(atomic_load(&hak_stats.regions_mapped) - atomic_load(&hak_stats.regions_unmapped)) * REGION_SIZE;
-  size_t spans = atomic_load(&hak_span_bytes), huge = atomic_load(&hak_huge_bytes);
+  size_t mapped = atomic_load(&region_count) * REGION_SIZE;
+  size_t spans = atomic_load(&region_span_bytes) + atomic_load(&large_live_bytes), huge = atomic_load(&huge_live_bytes);
   mi.arena = mapped;
   mi.hblkhd = huge;
   mi.hblks = (size_t)atomic_load(&hak_stats.huge_mapped);
   mi.uordblks = spans + huge;
   mi.fordblks = mapped > spans ? mapped - spans : 0;
-  mi.keepcost = 0;
   return mi;
 }
 
@@ -300,4 +405,9 @@ HAK_API struct mallinfo hak_mallinfo(void) {
   return mi;
 }
 
-HAK_API int hak_owns(const void *p) { return region_map_kind(p) != MAP_NONE; }
+HAK_API int hak_owns(const void *p) {
+  uint8_t kind = map_kind(p);
+  return kind != MAP_NONE && kind != MAP_RESERVED;
+}
+
+HAK_API void hak_thread_done(void) { heap_thread_done(); }

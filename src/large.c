@@ -1,66 +1,144 @@
-/* The Large pool: blocks above 32 KiB and up to LARGE_MAX, each a span of
- * 64 KiB units in its heap's regions. Only the pages a block touches become
- * resident, so the unit rounding costs address space, not memory. Freed spans
- * go back to their region, where they stay resident (a cache of recently
- * freed runs) until purged. */
+/* The Large pool: page runs in the heap's regions, beside its slabs, in size
+ * classes with a cache of the runs freed last. */
+#include "large.h"
+
 #include <string.h>
 
-#include "internal.h"
-#include "learn.h"
+#include "policy.h"
 #include "stats.h"
 
-/* A block of size bytes placed, where a region has them, before free units
- * up to room bytes, so that it can grow in place. */
-static void *large_span_alloc(heap_t *heap, size_t size, size_t room, size_t align, bool zero) {
-  size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
-  size_t align_units = align > UNIT_SIZE ? align >> UNIT_SHIFT : 1;
-  if (units == 0) units = 1;
-  if (units >= REGION_UNITS || align_units > REGION_UNITS / 2) return NULL;
-  learn_tick(size);
-  slab_t *s = heap_span_alloc(heap, units, align_units, (room + UNIT_SIZE - 1) >> UNIT_SHIFT);
-  if (s == NULL) return NULL;
-  s->kind = SLAB_LARGE;
-  s->cls = 0;
-  /* usable size: rounded to pages, the span's remaining pages are never
-   * touched, so they cost address space only */
-  s->bsize = (uint32_t)os_page_round(size ? size : 1);
-  s->capacity = 1;
-  s->used = 1;
-  s->free = NULL;
-  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
-  s->bump = s->end = NULL;
-  s->queued = 0;
-  atomic_store_explicit(&s->owner, (uintptr_t)heap | SLAB_F_SLOW, memory_order_release);
-  void *p = slab_start(s);
-  if (zero && !s->fresh) memset(p, 0, size);
-  stat_alloc(STAT_ROW_LARGE, s->bsize);
-  return p;
+_Atomic size_t large_live_bytes;
+
+#define CALLOC_PURGE_MIN ((size_t)128 * 1024) /* calloc of dirty pages: purge, not memset, from here */
+#define CACHE_PER_CLASS 64
+#define CACHE_MIN_BYTES ((size_t)8 << 20) /* and an eighth of the live Large bytes */
+
+_Static_assert(RUN_CACHE_CLASSES == 24, "four classes per doubling from SMALL_MAX to LARGE_MAX");
+
+static unsigned page_shift(void) { return os_page_size(), os_page_shift; }
+
+/* Four classes per doubling above SMALL_MAX: (32, 40], (40, 48], ... KiB. */
+static unsigned large_class(size_t bytes) {
+  size_t x = bytes - 1;
+  unsigned k = (unsigned)(63 - __builtin_clzll(x));
+  return (k - 15) * 4 + (unsigned)((x >> (k - 2)) & 3);
+}
+
+static size_t class_bytes(unsigned c) { return os_page_round((size_t)(5 + c % 4) << (c / 4 + 13)); }
+
+/* The run of a block of size bytes: its class's, unless it is aligned or
+ * above CLASS_MAX, where rounding up to a class would leave a quarter of a
+ * region unused (a region holds three 1 MiB runs, but four of 1,000,000
+ * bytes): those take whole pages, and are cached only when they happen to
+ * be a class's size. */
+#define CLASS_MAX ((size_t)256 * 1024)
+static size_t block_bytes(size_t size, size_t align) {
+  size_t bytes = os_page_round(size ? size : 1);
+  return align > os_page_size() || bytes <= SMALL_MAX || bytes > CLASS_MAX ? bytes : class_bytes(large_class(bytes));
 }
 
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
-  return large_span_alloc(heap, size, size, align, zero);
+  unsigned shift = page_shift();
+  size_t bytes = block_bytes(size, align);
+  uint32_t n = (uint32_t)(bytes >> shift), a = align > os_page_size() ? (uint32_t)(align >> shift) : 1;
+  if (n + a - 1 > (REGION_SIZE >> shift) - region_header_pages()) return NULL; /* no region is sure to hold it */
+  run_t r;
+  heap_lock(heap);
+  bool ok = a == 1 && bytes > SMALL_MAX && run_cache_pop(&heap->lcache, large_class(bytes), &r);
+  if (!ok) ok = run_alloc(&heap->pages, n, a, &r);
+  while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, &r);
+  if (ok) run_uncache(r);
+  heap_unlock(heap);
+  if (!ok) return NULL;
+  char *p = run_addr(r);
+  if (zero && r.dirty) {
+    if (bytes >= CALLOC_PURGE_MIN) os_purge(p, bytes); /* reads zeros, and leaves untouched pages untouched */
+    else memset(p, 0, size);
+  }
+  atomic_fetch_add_explicit(&large_live_bytes, bytes, memory_order_relaxed);
+  stat_alloc(STAT_ROW_LARGE, bytes);
+  return p;
 }
 
-/* realloc's new block for one that grows to size (below REALLOC_HUGE_MIN)
- * and could not grow in place: placed, where a region has them, before free
- * units for half as much again (realloc bench, without the move to Huge
- * mappings: peak RSS 21.5 -> 18.5 MiB). */
-void *large_alloc_growing(heap_t *heap, size_t size) {
-  return large_span_alloc(heap, size, size + size / 2, MIN_ALIGN, false);
+/* The run of Large block p (in a region, on no slab's unit, not cached), its
+ * heap's lock taken (and the heap set); {NULL} (the lock not held) when p
+ * does not start a block. */
+static run_t block_run(const void *p, heap_t **heapp) {
+  region_t *r = region_of(p);
+  if (slab_in(r, p)->kind != SLAB_NONE) return (run_t){0};
+  for (;;) {
+    heap_t *heap = __atomic_load_n(&r->owner, __ATOMIC_ACQUIRE);
+    if (heap == NULL) return (run_t){0};
+    heap_lock(heap);
+    if (r->owner != heap) { /* the region changed hands meanwhile: p was no block */
+      heap_unlock(heap);
+      continue;
+    }
+    run_chunk_t *c = &r->pages;
+    uintptr_t off = (uintptr_t)p - (uintptr_t)c->base;
+    run_t run = {0};
+    if ((const char *)p >= c->base && (off & (os_page_size() - 1)) == 0 && slab_in(r, p)->kind == SLAB_NONE)
+      run = run_at(c, (uint32_t)(off >> page_shift()));
+    if (run.chunk && run_cached(run)) run.chunk = NULL; /* freed already */
+    if (run.chunk == NULL) heap_unlock(heap);
+    *heapp = heap;
+    return run;
+  }
 }
 
-/* The owner frees a large block. */
-void large_free(heap_t *heap, slab_t *s) {
-  s->used = 0;
-  heap_slab_empty(heap, s);
+/* The cache holds at most an eighth of what the program holds in Large
+ * blocks (all threads), and at least CACHE_MIN_BYTES. */
+static size_t cache_pages(void) {
+  size_t live = atomic_load_explicit(&large_live_bytes, memory_order_relaxed);
+  return MAX(CACHE_MIN_BYTES, live / 8) >> page_shift();
 }
 
-/* Grows the owner's large block in place when the units after it are free. */
-bool large_resize_in_place(heap_t *heap, slab_t *s, size_t size) {
-  size_t units = (size + UNIT_SIZE - 1) >> UNIT_SHIFT;
-  if (slab_heap(s) != heap || (units > s->units && !heap_span_grow(heap, s, units))) return false;
-  stat_free(STAT_ROW_LARGE, s->bsize, true);
-  s->bsize = (uint32_t)os_page_round(size);
-  stat_alloc(STAT_ROW_LARGE, s->bsize);
+/* A freed block goes to its class's cache, or back to the free runs (an
+ * aligned one, one beyond the cache's bounds, one that realloc moved: the
+ * free pages it leaves let its neighbours grow in place). */
+bool large_free(void *p, bool cache) {
+  heap_t *heap;
+  run_t r = block_run(p, &heap);
+  if (r.chunk == NULL) return false;
+  size_t bytes = run_bytes(r);
+  atomic_fetch_sub_explicit(&large_live_bytes, bytes, memory_order_relaxed);
+  stat_free(STAT_ROW_LARGE, bytes, true);
+  uint64_t now = os_now_ms();
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  bool cached = cache && delay != 0 && bytes > SMALL_MAX && bytes == class_bytes(large_class(bytes)) &&
+                run_cache_push(&heap->lcache, large_class(bytes), r, now, CACHE_PER_CLASS, cache_pages());
+  region_t *reg = region_of(p);
+  if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
+  heap_unlock(heap);
+  if (delay == 0) heap_purge(heap, now, 0, true, NULL);
   return true;
+}
+
+size_t large_usable_size(const void *p) {
+  heap_t *heap;
+  run_t r = block_run(p, &heap);
+  if (r.chunk == NULL) return 0;
+  size_t n = run_bytes(r);
+  heap_unlock(heap);
+  return n;
+}
+
+bool large_resize(void *p, size_t size) {
+  heap_t *heap;
+  run_t r = block_run(p, &heap);
+  if (r.chunk == NULL) return false;
+  size_t old = run_bytes(r);
+  unsigned shift = page_shift();
+  uint32_t n = (uint32_t)(block_bytes(size, 0) >> shift);
+  bool dirty, ok = true;
+  if (n > r.pages) ok = run_grow(&r, n, &dirty);
+  else if (n < r.pages) run_shrink(&r, n, os_now_ms());
+  n = r.pages;
+  heap_unlock(heap);
+  if (ok) {
+    atomic_fetch_add_explicit(&large_live_bytes, ((size_t)n << shift) - old, memory_order_relaxed);
+    stat_free(STAT_ROW_LARGE, old, true);
+    stat_alloc(STAT_ROW_LARGE, (size_t)n << shift);
+  }
+  return ok;
 }

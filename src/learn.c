@@ -11,7 +11,7 @@
  *   cost = W * os_ms + (1 - W) * MIB_PRICE_MS * held_mib_s
  *
  * os_ms is the time the epoch's page faults and mapping calls cost (counted,
- * then priced by the figures measured on the development machine below), and
+ * then priced as below), and
  * held_mib_s integrates the memory hakmem holds above the live blocks
  * (dirty units and the BigCache). W is HAKMEM_LEARN_WEIGHT / 100.
  *
@@ -22,51 +22,29 @@
  * rival (of those that could beat it, the one measured longest ago: see
  * could_win) to run now and then: rarely while the
  * running strategy's cost is steady, more rarely still when the rival is a
- * known loser (an exploring epoch of the memory strategy in a burst of huge
- * blocks cost twice a normal one), often when the cost jumps (a new phase).
- * After a switch to a strategy that keeps more, the first half epoch is a
- * warm-up that is not scored: the pools take one free-and-reuse cycle to
- * fill to the new bounds, and
- * a short exploring epoch scored from a cold start rated a caching strategy
- * as if it kept nothing (seen under load, when one cycle of bursts of huge
- * blocks outlasts 25 ms). An idle stretch (an epoch's length without
+ * known loser (exploring one costs a whole epoch at its price), often when
+ * the cost jumps (a new phase). After a switch to a strategy that keeps
+ * more, the first half epoch is a warm-up that is not scored: the pools
+ * take one free-and-reuse cycle to fill to the new bounds, and an epoch
+ * scored from a cold start would rate a caching strategy as if it kept
+ * nothing. An idle stretch (an epoch's length without
  * allocations or page faults) is not rated: the strategy that would have
  * held least in it runs until the program allocates, frees or faults again
  * (see idle_choice). All of this runs under a try-lock on slow paths and
  * in the purger, never on a fast path. */
 #include "learn.h"
 
-#include "internal.h"
+#include "huge.h"
 #include "options.h"
+#include "policy.h"
+#include "purge.h"
+#include "run.h"
 #include "stats.h"
 
-#define FROM_OPTION (-1000000L) /* a knob left at its option's value */
-
-static const struct {
-  const char *name;
-  long knob[KNOB_COUNT]; /* purge delay ms, BigCache MiB and age ms, slack % */
-} strategies[LEARN_STRATEGIES] = {
-  {"default", {FROM_OPTION, FROM_OPTION, FROM_OPTION, FROM_OPTION}},
-  /* jemalloc's decay time: where memory is free (W = 100) a pause is no
-   * reason to hand back what the next burst faults in again; at lower
-   * weights an idle stretch switches to a leaner strategy (idle_choice) */
-  {"speed", {10000, 1024, 10000, 100}},
-  {"lean", {50, 64, 100, 25}},
-  {"memory", {0, 0, 0, 0}},
-};
-
-static const hak_option_t knob_option[KNOB_COUNT] = {
-  [KNOB_PURGE_DELAY_MS] = OPT_PURGE_DELAY_MS,
-  [KNOB_BIGCACHE_MB] = OPT_BIGCACHE_MB,
-  [KNOB_BIGCACHE_AGE_MS] = OPT_BIGCACHE_AGE_MS,
-  [KNOB_HUGE_SLACK_PCT] = OPT_HUGE_SLACK_PCT,
-};
-
 /* Prices of the OS's work. A page fault's is timed when learning starts
- * (os_fault_us): 1.5 to 3 us on one 2-core AMD EPYC VM, about 10 us on
- * another (there keeping freed memory resident pays five times more). A
- * mapping call costs
- * about 5 us, madvise about 0.5 us per page it frees. */
+ * (fault_us): it differs several-fold between machines, and with
+ * it what keeping freed memory resident is worth. A mapping call and a
+ * purged page are priced at fixed figures (docs/learning.md). */
 #define FAULT_US_MIN 0.5
 #define FAULT_US_MAX 1000.0
 #define CALL_US 5.0
@@ -98,17 +76,14 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
 #define EPOCH_MIN_ALLOCS 16
 #define EPOCH_MAX 8
 /* Where a fault costs this much (weighted), learning starts from the speed
- * strategy, not the default, whose bounds suit a 2 us fault; and the first
+ * strategy, not the default, whose bounds suit a cheap fault; and the first
  * START_WARM half epochs, cold for every strategy (the pools fill), are a
- * warm-up. On a 10 us VM the large benchmark (1 s) learning ran at
- * 521-902/s from the default with no warm-up (a cold first epoch rated
- * whichever strategy ran it as a loser), 752-815/s from speed with half an
- * epoch's, and with four epochs' at 0.94-1.0 times tcmalloc's median. */
+ * warm-up: a cold first epoch would rate whichever strategy ran it as a
+ * loser. */
 #define START_FAST_US 2.5
 #define START_WARM 8
 #define STRATEGY_SPEED 1
 
-static _Atomic int current = -1;
 static _Atomic int resume = -1; /* idle: the strategy to go back to */
 static _Atomic bool woken;        /* the program was active while idle */
 static _Atomic uint64_t last_sample_ms;
@@ -120,51 +95,59 @@ static struct {
   int warming; /* half epochs of warm-up left: see run_next, START_WARM */
   uint64_t start_ms, sample_ms, epochs, rng;
   double held_mib, held_mib_ms;              /* last sample, integral this epoch */
-  double cf_mib[LEARN_STRATEGIES];           /* the same, had t run */
-  double cf_mib_ms[LEARN_STRATEGIES];        /* its integral this epoch */
+  double cf_mib[STRATEGIES];           /* the same, had t run */
+  double cf_mib_ms[STRATEGIES];        /* its integral this epoch */
   double cache_mib, cache_mib_ms;            /* the BigCache alone */
   uint64_t reused;                           /* hak_huge_reused at the epoch's start */
-  double floor[LEARN_STRATEGIES];            /* least cost t could have had (see floors) */
-  uint64_t floor_at[LEARN_STRATEGIES];       /* epoch of it; 0 none */
+  double floor[STRATEGIES];            /* least cost t could have had (see floors) */
+  uint64_t floor_at[STRATEGIES];       /* epoch of it; 0 none */
   uint64_t quiet_since, quiet_allocs, quiet_faults; /* the last busy sample, counts then */
   uint64_t quiet_from;                       /* start of the sums below */
-  double quiet_cf_mib_ms[LEARN_STRATEGIES]; /* what t would have held while quiet */
+  double quiet_cf_mib_ms[STRATEGIES]; /* what t would have held while quiet */
   uint64_t faults, calls, purged, allocs, bytes; /* at the epoch's start */
   double lost_at;                            /* exploring: a cost that loses */
   double fault_us;                           /* price of a page fault here */
-  double rating[LEARN_STRATEGIES];
-  double cost[LEARN_STRATEGIES];             /* last scored cost */
-  double os_cost[LEARN_STRATEGIES];          /* the part of it spent in the OS */
-  uint64_t scored_at[LEARN_STRATEGIES];      /* epoch of it; 0 never */
-  uint64_t ran_ms[LEARN_STRATEGIES], ran_epochs[LEARN_STRATEGIES];
+  double rating[STRATEGIES];
+  double cost[STRATEGIES];             /* last scored cost */
+  double os_cost[STRATEGIES];          /* the part of it spent in the OS */
+  uint64_t scored_at[STRATEGIES];      /* epoch of it; 0 never */
+  uint64_t ran_ms[STRATEGIES], ran_epochs[STRATEGIES];
 } L;
 
 static bool learning(void) { return hak_option_on(OPT_LEARN); }
 
-static int strategy_now(void) {
-  int s = atomic_load_explicit(&current, memory_order_relaxed);
-  if (likely(s >= 0)) return s;
-  long pin = hak_option(OPT_LEARN_PIN);
-  s = learning() || pin < 0 || pin >= LEARN_STRATEGIES ? 0 : (int)pin;
-  atomic_store_explicit(&current, s, memory_order_relaxed);
-  return s;
+/* Microseconds a first touch of a fresh anonymous page costs here, timed on
+ * a few pages (the least of several batches, so that preemption does not
+ * count): the price of a page fault differs fivefold between machines. */
+#define FAULT_PROBE_BATCHES 4
+#define FAULT_PROBE_PAGES 8
+static double fault_us(void) {
+  size_t page = os_page_size(), bytes = FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * page;
+  char *p = os_map(bytes);
+  if (p == NULL) return 0;
+  double best = 0;
+  for (int b = 0; b < FAULT_PROBE_BATCHES; b++) {
+    uint64_t t0 = os_now_ns();
+    for (int i = 0; i < FAULT_PROBE_PAGES; i++) ((volatile char *)p)[(size_t)(b * FAULT_PROBE_PAGES + i) * page] = 1;
+    double us = (double)(os_now_ns() - t0) / 1e3 / FAULT_PROBE_PAGES;
+    if (b == 0 || us < best) best = us;
+  }
+  os_unmap(p, bytes);
+  return best;
 }
 
-static long knob_value(int s, learn_knob_t knob) {
-  hak_option_t opt = knob_option[knob];
-  long v = strategies[s].knob[knob];
-  return v == FROM_OPTION || hak_option_given(opt) ? hak_option(opt) : v;
-}
+static int strategy_now(void) { return policy_current(); }
 
-long learn_knob(learn_knob_t knob) { return knob_value(strategy_now(), knob); }
+static long knob_value(int s, knob_t knob) { return policy_knob_of(s, knob); }
 
 int learn_current(void) { return strategy_now(); }
-void learn_start(int strategy) { atomic_store_explicit(&current, strategy, memory_order_relaxed); }
+void learn_start(int strategy) { policy_set(strategy); }
 int learn_resume(void) { return atomic_load_explicit(&resume, memory_order_relaxed); }
 double learn_rating(int s) { return L.rating[s]; }
+double learn_fault_us(void) { return L.fault_us; }
 
 void learn_reset(void) {
-  for (int i = 0; i < LEARN_STRATEGIES; i++) {
+  for (int i = 0; i < STRATEGIES; i++) {
     L.rating[i] = RATING_START;
     L.cost[i] = L.os_cost[i] = 0;
     L.scored_at[i] = L.floor_at[i] = 0;
@@ -173,7 +156,7 @@ void learn_reset(void) {
   L.epochs = 0;
   atomic_store_explicit(&resume, -1, memory_order_relaxed);
   L.rng = (uint64_t)hak_option(OPT_LEARN_SEED) * 0x9E3779B97F4A7C15ull | 1;
-  atomic_store_explicit(&current, -1, memory_order_relaxed);
+  policy_set(-1);
   strategy_now();
 }
 
@@ -212,7 +195,7 @@ static uint64_t next_random(void) {
 /* Whether strategy a keeps more than b on some knob ("never", -1, is most). */
 static bool keeps_more(int a, int b) {
   for (int k = 0; k < KNOB_COUNT; k++)
-    if ((unsigned long)knob_value(a, (learn_knob_t)k) > (unsigned long)knob_value(b, (learn_knob_t)k)) return true;
+    if ((unsigned long)knob_value(a, (knob_t)k) > (unsigned long)knob_value(b, (knob_t)k)) return true;
   return false;
 }
 
@@ -239,7 +222,7 @@ static bool lost_clearly(int u, int b) { return L.scored_at[u] && L.scored_at[b]
  * programs it was most of what learning cost (the realloc benchmark: a fault
  * storm per exploration). */
 static bool could_win(int t, int b) {
-  for (int u = 0; u < LEARN_STRATEGIES; u++)
+  for (int u = 0; u < STRATEGIES; u++)
     if (u != t && u != b && between(u, t, b) && (!L.scored_at[u] || lost_clearly(u, b))) return false;
   if (!L.scored_at[b]) return true;
   if (L.floor_at[t] == L.scored_at[b] && L.floor[t] > L.cost[b] * (1 + DRAW_MARGIN) + NEGLIGIBLE_COST) return false;
@@ -259,7 +242,7 @@ int learn_rate(double os_cost, double mem_cost) {
   if (L.rng == 0) learn_reset();
   int s = strategy_now();
   L.epochs++;
-  for (int t = 0; t < LEARN_STRATEGIES; t++)
+  for (int t = 0; t < STRATEGIES; t++)
     if (t != s && L.scored_at[t] && L.epochs - L.scored_at[t] <= RECENT_EPOCHS) elo_game(s, t, game_score(cost, L.cost[t]));
   double before = L.cost[s];
   bool jumped = L.scored_at[s] && (cost > before * JUMP + NEGLIGIBLE_COST || before > cost * JUMP + NEGLIGIBLE_COST);
@@ -271,9 +254,9 @@ int learn_rate(double os_cost, double mem_cost) {
    * sample) back to the default, which that fault price had ruled out (the
    * large benchmark: bimodal, 589-817/s against 1,184-1,191/s). */
   int best = s, stalest = -1;
-  for (int t = 0; t < LEARN_STRATEGIES; t++)
+  for (int t = 0; t < STRATEGIES; t++)
     if (L.rating[t] > L.rating[best]) best = t;
-  for (int t = 0; t < LEARN_STRATEGIES; t++)
+  for (int t = 0; t < STRATEGIES; t++)
     if (t != best && could_win(t, best) && (stalest < 0 || L.scored_at[t] < L.scored_at[stalest])) stalest = t;
   if (stalest < 0) stalest = best; /* nothing could do better */
   double beat = losing_cost(best);
@@ -284,7 +267,7 @@ int learn_rate(double os_cost, double mem_cost) {
   int next = explore ? stalest : best;
   L.lost_at = explore ? beat : 0;
   if (!learning()) next = s; /* pinned: rate, never switch */
-  atomic_store_explicit(&current, next, memory_order_relaxed);
+  policy_set(next);
   return next;
 }
 
@@ -293,15 +276,16 @@ int learn_rate(double os_cost, double mem_cost) {
  * young enough for its age bound, within its size bound, and the dirty units
  * if any became dirty within its delay. One look at the BigCache for all. */
 static void sample_held(uint64_t now) {
-  uint64_t age[LEARN_STRATEGIES];
-  size_t young[LEARN_STRATEGIES];
-  for (int t = 0; t < LEARN_STRATEGIES; t++) age[t] = (uint64_t)knob_value(t, KNOB_BIGCACHE_AGE_MS);
-  size_t cached = huge_cached_by_age(LEARN_STRATEGIES, age, young);
-  size_t dirty = atomic_load_explicit(&hak_dirty_bytes, memory_order_relaxed);
-  uint64_t grew = atomic_load_explicit(&hak_dirty_grew_ms, memory_order_relaxed);
+  uint64_t age[STRATEGIES];
+  size_t young[STRATEGIES];
+  for (int t = 0; t < STRATEGIES; t++) age[t] = (uint64_t)knob_value(t, KNOB_BIGCACHE_AGE_MS);
+  huge_cached_by_age(now, STRATEGIES, age, young);
+  size_t cached = huge_cached_bytes();
+  size_t dirty = atomic_load_explicit(&run_dirty_bytes, memory_order_relaxed);
+  uint64_t grew = atomic_load_explicit(&run_dirty_grew_ms, memory_order_relaxed);
   L.held_mib = (double)(dirty + cached) / (1 << 20);
   L.cache_mib = (double)cached / (1 << 20);
-  for (int t = 0; t < LEARN_STRATEGIES; t++) {
+  for (int t = 0; t < STRATEGIES; t++) {
     long delay = knob_value(t, KNOB_PURGE_DELAY_MS);
     size_t cap = (size_t)knob_value(t, KNOB_BIGCACHE_MB) << 20;
     size_t kept = (delay >= 0 && now - grew >= (uint64_t)delay ? 0 : dirty) + (young[t] < cap ? young[t] : cap);
@@ -317,7 +301,7 @@ static void sample_held(uint64_t now) {
  * for up to EPOCH_MAX epochs after the burst ended. */
 static void quiet_restart(uint64_t now) {
   L.quiet_from = now;
-  for (int t = 0; t < LEARN_STRATEGIES; t++) L.quiet_cf_mib_ms[t] = 0;
+  for (int t = 0; t < STRATEGIES; t++) L.quiet_cf_mib_ms[t] = 0;
 }
 
 static void quiet_sample(uint64_t now) {
@@ -332,18 +316,18 @@ static void quiet_sample(uint64_t now) {
     return;
   }
   double dt = (double)(now - L.sample_ms);
-  for (int t = 0; t < LEARN_STRATEGIES; t++) L.quiet_cf_mib_ms[t] += L.cf_mib[t] * dt;
+  for (int t = 0; t < STRATEGIES; t++) L.quiet_cf_mib_ms[t] += L.cf_mib[t] * dt;
 }
 
 static void epoch_begin(uint64_t now) {
   L.start_ms = L.sample_ms = now;
   L.held_mib_ms = L.cache_mib_ms = 0;
-  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] = 0;
-  L.reused = atomic_load_explicit(&hak_huge_reused, memory_order_relaxed);
+  for (int t = 0; t < STRATEGIES; t++) L.cf_mib_ms[t] = 0;
+  L.reused = atomic_load_explicit(&huge_reused_bytes, memory_order_relaxed);
   quiet_restart(now);
   sample_held(now); /* after a switch: what the new strategy keeps */
   L.faults = os_minor_faults();
-  L.calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
+  L.calls = os_calls_total();
   L.purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
   L.allocs = atomic_load_explicit(&allocs, memory_order_relaxed);
   L.bytes = atomic_load_explicit(&alloc_bytes, memory_order_relaxed);
@@ -397,7 +381,7 @@ static double epoch_per(uint64_t now, double *secs) {
 
 static double epoch_cost(uint64_t now, double *os_part) {
   double secs, per = epoch_per(now, &secs);
-  uint64_t faults = os_minor_faults(), calls = atomic_load_explicit(&os_map_calls, memory_order_relaxed);
+  uint64_t faults = os_minor_faults(), calls = os_calls_total();
   uint64_t purged = (uint64_t)atomic_load_explicit(&hak_stats.bytes_purged, memory_order_relaxed);
   double os_ms = ((double)(faults - L.faults) * L.fault_us + (double)(calls - L.calls) * CALL_US +
                   (double)((purged - L.purged) / 4096) * PURGE_PAGE_US) / 1000;
@@ -421,9 +405,9 @@ static bool exploring_lost(uint64_t now) {
  * up (and a leaner rival, often a known loser, is judged at once). */
 static void run_next(int s, int next, uint64_t now) {
   if (next != s) {
-    atomic_store_explicit(&current, next, memory_order_relaxed);
-    huge_cache_evict_aged();
-    purge_notice_dirty();
+    policy_set(next);
+    huge_purge(now, false, false, NULL);
+    purge_soon();
     L.warming = keeps_more(next, s) ? 1 : 0;
   }
   epoch_begin(now);
@@ -440,7 +424,7 @@ static int idle_choice(int s, uint64_t now) {
   if (mine < NEGLIGIBLE_COST) return s;
   double least = mine * (1 - DRAW_MARGIN);
   int next = s;
-  for (int t = 0; t < LEARN_STRATEGIES; t++) {
+  for (int t = 0; t < STRATEGIES; t++) {
     double c = held_price(L.quiet_cf_mib_ms[t]) / secs;
     if (t != s && c < least) next = t, least = c;
   }
@@ -461,14 +445,13 @@ static void idle_over(uint64_t now) {
  * s's time in the OS, the faults for what s served from its cache beyond t's
  * bound (a share of the reused bytes: the cache held cache_mib_ms / ms on
  * average), and what t would have held (sample_held). A rival whose floor
- * loses to the best's cost is not explored (could_win): in a burst of huge
- * blocks reused from a cache of 100-250 MiB, an epoch of the lean strategy
- * (64 MiB) purged the cache and faulted it back, 70 ms more in the kernel in
- * a second of the phases benchmark's burst. */
+ * loses to the best's cost is not explored (could_win): an epoch of a
+ * strategy whose cache is smaller than what the program reuses purges that
+ * cache and faults it back, whatever its rating. */
 static void floors(uint64_t now, int s, double os_cost) {
   double secs, per = epoch_per(now, &secs), w = weight(), ms = (double)(now - L.start_ms + 1);
-  double cache = L.cache_mib_ms / ms, reused = (double)(atomic_load_explicit(&hak_huge_reused, memory_order_relaxed) - L.reused);
-  for (int t = 0; t < LEARN_STRATEGIES; t++) {
+  double cache = L.cache_mib_ms / ms, reused = (double)(atomic_load_explicit(&huge_reused_bytes, memory_order_relaxed) - L.reused);
+  for (int t = 0; t < STRATEGIES; t++) {
     L.floor_at[t] = 0;
     if (t == s || keeps_more(t, s)) continue;
     double cap = (double)knob_value(t, KNOB_BIGCACHE_MB), lost = cache > cap ? reused * (cache - cap) / cache : 0;
@@ -504,7 +487,7 @@ static void sample(bool event) {
   if (!L.started) {
     if (L.rng == 0) learn_reset();
     L.started = true;
-    double us = os_fault_us();
+    double us = fault_us();
     L.fault_us = us < FAULT_US_MIN ? FAULT_US_MIN : us > FAULT_US_MAX ? FAULT_US_MAX : us;
     if (weight() * L.fault_us >= START_FAST_US) learn_start(STRATEGY_SPEED);
     L.warming = START_WARM;
@@ -517,7 +500,7 @@ static void sample(bool event) {
   double dt = (double)(now - L.sample_ms);
   L.held_mib_ms += L.held_mib * dt;
   L.cache_mib_ms += L.cache_mib * dt;
-  for (int t = 0; t < LEARN_STRATEGIES; t++) L.cf_mib_ms[t] += L.cf_mib[t] * dt;
+  for (int t = 0; t < STRATEGIES; t++) L.cf_mib_ms[t] += L.cf_mib[t] * dt;
   quiet_sample(now);
   sample_held(now);
   L.sample_ms = now;
@@ -538,12 +521,31 @@ static void sample(bool event) {
   hak_unlock(&L.lock);
 }
 
+/* Each thread counts its Large and Huge allocations and adds them to the
+ * process's counts every COUNT_BATCH of them (or when an idle stretch ends):
+ * a count shared by every thread, and the clock read to sample, cost more
+ * than the allocation's own work. */
+#define COUNT_BATCH 16
+static __thread struct {
+  uint32_t n;
+  uint64_t bytes;
+} pending __attribute__((tls_model("initial-exec")));
+
+static void flush_pending(void) {
+  atomic_fetch_add_explicit(&allocs, pending.n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&alloc_bytes, pending.bytes, memory_order_relaxed);
+  pending.n = 0;
+  pending.bytes = 0;
+}
+
 void learn_tick(size_t alloc) {
   if (!learning()) return;
   if (alloc) {
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&alloc_bytes, alloc, memory_order_relaxed);
+    pending.n++;
+    pending.bytes += alloc;
+    if (pending.n < COUNT_BATCH && atomic_load_explicit(&resume, memory_order_relaxed) < 0) return;
   }
+  if (pending.n) flush_pending();
   sample(alloc != 0);
 }
 
@@ -555,36 +557,36 @@ void learn_active(void) {
 
 void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_order_relaxed); }
 
-void learn_print(os_out_t *o) {
-  os_out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
-  os_out_str(o, strategies[strategy_now()].name);
+void learn_print(out_t *o) {
+  out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
+  out_str(o, policy_name(strategy_now()));
   int back = learn_resume();
   if (back >= 0) {
-    os_out_str(o, " while idle, then ");
-    os_out_str(o, strategies[back].name);
+    out_str(o, " while idle, then ");
+    out_str(o, policy_name(back));
   }
   if (L.started) {
-    os_out_str(o, "; a page fault priced at ");
-    os_out_uint(o, (uint64_t)L.fault_us, 0);
-    os_out_str(o, ".");
-    os_out_uint(o, (uint64_t)(L.fault_us * 10) % 10, 0);
-    os_out_str(o, " us");
+    out_str(o, "; a page fault priced at ");
+    out_uint(o, (uint64_t)L.fault_us, 0);
+    out_str(o, ".");
+    out_uint(o, (uint64_t)(L.fault_us * 10) % 10, 0);
+    out_str(o, " us");
   }
-  os_out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  slack-%  rating  epochs  run-ms  cost-ms/s\n");
-  for (int i = 0; i < LEARN_STRATEGIES; i++) {
-    os_out_str(o, "  ");
-    os_out_str(o, strategies[i].name);
-    os_out_str(o, &"          "[__builtin_strlen(strategies[i].name) < 8 ? __builtin_strlen(strategies[i].name) + 2 : 9]);
-    static const int width[KNOB_COUNT] = {8, 11, 10, 9};
+  out_str(o, "\n  strategy  purge-ms  cache-MiB  cache-ms  rating  epochs  run-ms  cost-ms/s\n");
+  for (int i = 0; i < STRATEGIES; i++) {
+    out_str(o, "  ");
+    out_str(o, policy_name(i));
+    out_str(o, &"          "[__builtin_strlen(policy_name(i)) < 8 ? __builtin_strlen(policy_name(i)) + 2 : 9]);
+    static const int width[KNOB_COUNT] = {8, 11, 10};
     for (int j = 0; j < KNOB_COUNT; j++) {
-      long v = knob_value(i, (learn_knob_t)j);
-      if (v < 0) os_out_str(o, &"     never"[10 - width[j]]);
-      else os_out_uint(o, (uint64_t)v, width[j]);
+      long v = knob_value(i, (knob_t)j);
+      if (v < 0) out_str(o, &"     never"[10 - width[j]]);
+      else out_uint(o, (uint64_t)v, width[j]);
     }
-    os_out_uint(o, (uint64_t)(L.rating[i] ? L.rating[i] : RATING_START), 8);
-    os_out_uint(o, L.ran_epochs[i], 8);
-    os_out_uint(o, L.ran_ms[i], 8);
-    os_out_uint(o, (uint64_t)L.cost[i], 11);
-    os_out_str(o, "\n");
+    out_uint(o, (uint64_t)(L.rating[i] ? L.rating[i] : RATING_START), 8);
+    out_uint(o, L.ran_epochs[i], 8);
+    out_uint(o, L.ran_ms[i], 8);
+    out_uint(o, (uint64_t)L.cost[i], 11);
+    out_str(o, "\n");
   }
 }

@@ -1,9 +1,11 @@
-/* The options table. Each option has one entry, its environment variable is
- * HAKMEM_<NAME>, and it is read on first use (or again at process start if the
- * environment was not set up yet when first asked). */
+/* The options table. Each option has one entry; its environment variable is
+ * HAKMEM_<NAME>, read on first use (or again at process start if the
+ * environment was not set up when first asked). */
 #include "options.h"
 
-#include "internal.h"
+#include "out.h"
+
+#define OPT_STR_MAX 256
 
 typedef struct {
   const char *name; /* HAKMEM_<name> */
@@ -12,36 +14,54 @@ typedef struct {
   const char *doc;
   _Atomic int state; /* 0 not read, 1 read */
   bool given;        /* set in the environment */
+  bool is_str;       /* a string (a path): its text in str */
+  char str[OPT_STR_MAX];
 } option_desc_t;
 
 static option_desc_t options[OPT_COUNT] = {
-  [OPT_STATS] = {"STATS", 0, 0, "print per-class statistics to stderr at exit (1 = on)", 0},
+  [OPT_STATS] = {"STATS", 0, 0, "1 or json: the statistics report at exit, as text or one JSON object", 0},
+  [OPT_STATS_FILE] = {"STATS_FILE", 0, 0, "the file the report at exit goes to (default stderr; %p: pid)", 0, .is_str = true},
+  [OPT_PROFILE] = {"PROFILE", 0, 0, "sample allocations and write the live heap here at exit (pprof format; %p: pid)", 0,
+                   .is_str = true},
+  [OPT_PROFILE_RATE] = {"PROFILE_RATE", 0, 512 * 1024, "mean bytes allocated between two samples of the profiler", 0},
   [OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 0, 250,
-                          "milliseconds freed memory stays resident before madvise (0 = at once, -1 = never)", 0},
+                          "ms freed memory stays resident before it is returned (0 = at once, -1 = never)", 0},
   [OPT_POOL_REGIONS] = {"POOL_REGIONS", 0, 16, "empty 4 MiB regions kept mapped (purged) for reuse", 0},
-  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks' pages kept resident for reuse (beyond, the oldest are purged)", 0},
-  [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "milliseconds a freed huge block stays cached", 0},
-  [OPT_HUGE_SLACK_PCT] = {"HUGE_SLACK_PCT", 0, 25,
-                          "percent of a huge block's size that pages left resident beyond it (in its last unit) "
-                          "may add when it is placed on freed pages (beyond, they are purged)", 0},
+  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks' pages kept resident for reuse", 0},
+  [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "ms a freed huge block's pages stay resident", 0},
+  [OPT_BACKGROUND_THREAD] = {"BACKGROUND_THREAD", 0, 0,
+                             "1: a thread of hakmem's own returns freed memory while the program is idle", 0},
   [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
-  [OPT_LEARN] = {"LEARN", 0, 1, "learn the Large/Huge strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
+  [OPT_ON_ERROR] = {"ON_ERROR", 0, 0,
+                    "abort (default) or report: what a double free or a corrupted free list does", 0, .is_str = true},
+  [OPT_LEARN] = {"LEARN", 0, 1, "learn the purge/cache strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
   [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory", 0},
   [OPT_LEARN_WEIGHT] = {"LEARN_WEIGHT", 0, 50, "percent weight on time in the OS against memory held (0..100)", 0},
-  [OPT_LEARN_EPOCH_MS] = {"LEARN_EPOCH_MS", 0, 50, "milliseconds each strategy runs before it is rated", 0},
+  [OPT_LEARN_EPOCH_MS] = {"LEARN_EPOCH_MS", 0, 50, "ms each strategy runs before it is rated", 0},
   [OPT_LEARN_SEED] = {"LEARN_SEED", 0, 1, "seed of the exploration (same seed, same costs: same choices)", 0},
 };
+
+extern char **environ;
+
+const char *options_getenv(const char *name) {
+  char **env = environ;
+  if (env == NULL) return NULL;
+  for (; *env; env++) {
+    const char *e = *env, *n = name;
+    while (*n && *e == *n) e++, n++;
+    if (*n == 0 && *e == '=') return e + 1;
+  }
+  return NULL;
+}
 
 static long parse_long(const char *s, long def) {
   bool neg = false;
   long v = 0;
+  if (s[0] == 'j' && s[1] == 's' && s[2] == 'o' && s[3] == 'n' && s[4] == 0) return 2; /* HAKMEM_STATS=json */
   if (*s == '-') neg = true, s++;
-  if (*s < '0' || *s > '9') {
-    /* words for booleans */
-    if (s[0] == 'o' && s[1] == 'n') return 1;
-    if (s[0] == 'y' || s[0] == 't') return 1;
-    if (s[0] == 'o' && s[1] == 'f') return 0;
-    if (s[0] == 'n' || s[0] == 'f') return 0;
+  if (*s < '0' || *s > '9') { /* words for booleans */
+    if ((s[0] == 'o' && s[1] == 'n') || s[0] == 'y' || s[0] == 't') return 1;
+    if ((s[0] == 'o' && s[1] == 'f') || s[0] == 'n' || s[0] == 'f') return 0;
     return def;
   }
   while (*s >= '0' && *s <= '9') v = v * 10 + (*s++ - '0');
@@ -53,11 +73,17 @@ static void option_read(option_desc_t *o) {
   size_t n = 7;
   for (const char *p = o->name; *p && n < sizeof var - 1; p++) var[n++] = *p;
   var[n] = 0;
-  const char *s = os_getenv(var);
-  o->value = s ? parse_long(s, o->def) : o->def;
+  const char *s = options_getenv(var);
   o->given = s != NULL;
-  /* Before the C library sets up the environment, leave it "not read". */
-  extern char **environ;
+  if (o->is_str) {
+    size_t i = 0;
+    for (; s && s[i] && i < OPT_STR_MAX - 1; i++) o->str[i] = s[i];
+    o->str[i] = 0;
+    o->value = i > 0;
+  } else {
+    o->value = s ? parse_long(s, o->def) : o->def;
+  }
+  /* Before the C library sets up the environment, leave it unread. */
   if (environ != NULL) atomic_store_explicit(&o->state, 1, memory_order_release);
 }
 
@@ -69,6 +95,22 @@ long hak_option(hak_option_t opt) {
 
 bool hak_option_on(hak_option_t opt) { return hak_option(opt) != 0; }
 
+const char *hak_option_str(hak_option_t opt) {
+  hak_option(opt);
+  return options[opt].str;
+}
+
+bool hak_option_path(hak_option_t opt, char *buf, size_t len) {
+  const char *s = hak_option_str(opt);
+  out_t o = out_mem(buf, len);
+  for (; *s; s++) {
+    if (s[0] == '%' && s[1] == 'p') out_uint(&o, (uint64_t)os_getpid(), 0), s++;
+    else out_char(&o, *s);
+  }
+  size_t n = out_flush(&o);
+  return n > 0 && n < len;
+}
+
 bool hak_option_given(hak_option_t opt) {
   hak_option(opt);
   return options[opt].given;
@@ -78,18 +120,23 @@ void hak_options_init(void) {
   for (int i = 0; i < OPT_COUNT; i++) hak_option((hak_option_t)i);
 }
 
-void hak_options_print(int fd) {
-  os_out_t o = {.fd = fd};
+/* Every option, one a line: HAKMEM_NAME=value (default D): meaning. The
+ * value is the one in effect (the environment's, or the default). */
+HAK_API void hak_options_print(int fd) {
+  out_t o = OUT_FD(fd);
   for (int i = 0; i < OPT_COUNT; i++) {
-    os_out_str(&o, "hakmem: option HAKMEM_");
-    os_out_str(&o, options[i].name);
-    os_out_str(&o, "=");
-    long v = hak_option((hak_option_t)i);
-    if (v < 0) os_out_str(&o, "-");
-    os_out_uint(&o, (uint64_t)(v < 0 ? -v : v), 0);
-    os_out_str(&o, "  (");
-    os_out_str(&o, options[i].doc);
-    os_out_str(&o, ")\n");
+    option_desc_t *d = &options[i];
+    out_str(&o, "HAKMEM_");
+    out_str(&o, d->name);
+    out_str(&o, "=");
+    if (d->is_str) out_str(&o, hak_option_str((hak_option_t)i));
+    else out_int(&o, hak_option((hak_option_t)i));
+    out_str(&o, " (default ");
+    if (d->is_str) out_str(&o, "unset");
+    else out_int(&o, d->def);
+    out_str(&o, "): ");
+    out_str(&o, d->doc);
+    out_str(&o, "\n");
   }
-  os_out_flush(&o);
+  out_flush(&o);
 }

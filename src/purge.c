@@ -1,77 +1,102 @@
-/* Time-decayed purging. Free units of a region stay resident for
- * HAKMEM_PURGE_DELAY_MS so that a program that frees and allocates again
- * does not pay for page faults; then they go back to the OS with madvise.
- * The purging is done by a background thread, so that memory is returned
- * even when the program makes no further calls. It starts the first time
- * memory becomes dirty, takes each heap's lock only with a try (an owner
- * busy with its regions is simply visited next round), and sleeps on a futex
- * while there is nothing to purge. */
-#include "internal.h"
+/* Purge rounds: on slow paths, or on the opt-in background thread. */
+#define _GNU_SOURCE
+#include "purge.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include "heap.h"
+#include "huge.h"
 #include "learn.h"
 #include "options.h"
+#include "policy.h"
+#include "region.h"
+#include "stats.h"
 
-#define PURGE_TICK_MS 50
-#define PURGE_IDLE_MS 10000
+hak_lock_t purge_lock; /* one round at a time; held around fork */
+static _Atomic uint64_t next_round_ms;
+static _Atomic int background; /* 0 none, 1 starting or running */
 
-#define PURGE_BACKGROUND (!HAK_UNDER_SANITIZER)
-
-static _Atomic int purger_started;
-hak_lock_t hak_lock_purge; /* held for a round, so fork never splits one */
-static _Atomic uint32_t purge_signal; /* 1: there may be something to purge */
-
-/* Sleeps a tick; while learning, in steps that each sample the learner.
- * When the program stops, its quiet time then starts counting within a step
- * of its last allocation, not a tick, and the switch to the strategy that
- * holds least ends the sleep: the next round purges by it at once. A tick
- * each had held a burst's cache up to 100 ms longer into an idle stretch. */
-static void purger_sleep(void) {
-  if (!hak_option_on(OPT_LEARN)) {
-    os_sleep_ms(PURGE_TICK_MS);
-    return;
+/* One round: every heap (those busy now are visited next round), the pool
+ * of empty regions, the BigCache. Returns whether dirty memory remains. */
+static bool purge_round(uint64_t now) {
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  bool pending = false;
+  if (delay >= 0) {
+    for (heap_t *h = heap_all(); h; h = h->next_all) heap_purge(h, now, (uint64_t)delay, false, &pending);
+    region_pool_purge(now, (uint64_t)delay, false, &pending);
   }
-  int s = learn_current();
-  for (unsigned slept = 0; slept < PURGE_TICK_MS; slept += LEARN_SAMPLE_MS) {
-    os_sleep_ms(LEARN_SAMPLE_MS);
-    learn_tick(0);
-    if (learn_current() != s) return;
-  }
+  huge_purge(now, false, false, &pending);
+  stat_inc(purge_rounds);
+  return pending;
 }
 
-static int purger_main(void *arg) {
+static void *background_main(void *arg) {
   for (;;) {
-    long delay = learn_knob(KNOB_PURGE_DELAY_MS);
+    os_sleep_ms(PURGE_TICK_MS);
     uint64_t now = os_now_ms();
-    atomic_store_explicit(&purge_signal, 0, memory_order_seq_cst);
-    hak_lock(&hak_lock_purge);
-    bool pending = heaps_purge_due(now, (uint64_t)delay);
-    pending |= region_pool_purge_due(now, (uint64_t)delay);
-    pending |= huge_cache_evict_aged();
     learn_tick(0);
-    hak_unlock(&hak_lock_purge);
-    if (pending) purger_sleep();
-    else os_futex_wait(&purge_signal, 0, PURGE_IDLE_MS);
+    hak_lock(&purge_lock);
+    purge_round(now);
+    hak_unlock(&purge_lock);
   }
-  return 0;
+  return arg;
 }
 
-/* The common case first: a running purger already signalled. */
-void purge_notice_dirty(void) {
-  if (!PURGE_BACKGROUND) return;
-  bool started = atomic_load_explicit(&purger_started, memory_order_relaxed) != 0;
-  if (started && atomic_load_explicit(&purge_signal, memory_order_relaxed) != 0) return;
-  if (learn_knob(KNOB_PURGE_DELAY_MS) < 0) return;
-  if (!started) {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&purger_started, &expected, 1) && !os_spawn_background(purger_main, NULL))
-      atomic_store(&purger_started, 0);
-  }
-  if (atomic_load_explicit(&purge_signal, memory_order_relaxed) == 0 &&
-      atomic_exchange_explicit(&purge_signal, 1, memory_order_seq_cst) == 0)
-    os_futex_wake(&purge_signal);
+/* The opt-in thread, made with the C library's pthread_create (so that it
+ * takes part in setxid, fork and the rest like any thread), with every
+ * signal blocked, and only once the program runs a second thread itself:
+ * a single-threaded program stays single-threaded. Called with no lock
+ * held: pthread_create may allocate. */
+static void background_start(void) {
+  int expected = 0;
+  if (!atomic_compare_exchange_strong(&background, &expected, 1)) return;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_t t;
+  if (pthread_create(&t, &attr, background_main, NULL) != 0) atomic_store(&background, 0);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-/* A forked child has no purger thread; the next dirty memory starts one. */
+void purge_tick(uint64_t now) {
+  if (unlikely(hak_option_on(OPT_BACKGROUND_THREAD)) && atomic_load_explicit(&background, memory_order_relaxed) == 0 &&
+      heap_threads_running() >= 2)
+    background_start();
+  if (now < atomic_load_explicit(&next_round_ms, memory_order_relaxed) || !hak_trylock(&purge_lock)) return;
+  atomic_store_explicit(&next_round_ms, now + PURGE_TICK_MS, memory_order_relaxed);
+  bool pending = purge_round(now);
+  if (!pending) atomic_store_explicit(&next_round_ms, now + 4 * PURGE_TICK_MS, memory_order_relaxed);
+  hak_unlock(&purge_lock);
+}
+
+void purge_soon(void) { atomic_store_explicit(&next_round_ms, 0, memory_order_relaxed); }
+
+bool purge_all(void) {
+  uint64_t now = os_now_ms();
+  size_t n = 0;
+  heap_t *self = heap_get();
+  if (self != &hak_heap_empty) n += heap_trim(self);
+  n += heap_trim_abandoned();
+  for (heap_t *h = heap_all(); h; h = h->next_all)
+    if (h != self) n += heap_purge(h, now, 0, true, NULL);
+  n += region_pool_purge(now, 0, false, NULL);
+  n += huge_purge(now, true, false, NULL);
+  return n > 0;
+}
+
+bool purge_release_cached(void) {
+  size_t n = huge_purge(os_now_ms(), true, true, NULL);
+  return n + region_pool_purge(0, 0, true, NULL) > 0;
+}
+
+/* A forked child has no background thread; it starts one again if asked. */
 void purge_fork_child(void) {
-  atomic_store(&purger_started, 0);
-  atomic_store(&purge_signal, 0);
+  atomic_store(&background, 0);
+  atomic_store(&next_round_ms, 0);
 }

@@ -1,260 +1,336 @@
-/* Regions: 4 MiB of address space aligned to its size, taken from the OS and
- * cut into 64 KiB units. Unit 0 holds the region header (one slab descriptor
- * per unit); spans of free units become slabs and large blocks. A region
- * belongs to one heap; only that heap's thread (or whoever holds an abandoned
- * heap) changes its spans. Empty regions wait, purged, in a bounded pool.
- *
- * The ownership map has one byte per 4 MiB of the address space: it tells
- * free() whether a pointer is hakmem's before anything is read through it. */
-#include "internal.h"
-#include "learn.h"
+/* Regions: placement in the window, growth, the pool of empty regions, and
+ * the units of slab regions. */
+#include "region.h"
+
 #include "options.h"
+#include "policy.h"
 #include "stats.h"
 
-#define ALL_UNITS (~(uint64_t)0)
-#define HEADER_UNITS ((uint64_t)1)
+_Atomic size_t region_span_bytes;
+_Atomic size_t region_count;
 
-uint8_t hak_region_map[MAP_ENTRIES]; /* in .bss: untouched pages cost nothing */
-hak_lock_t hak_lock_regions;
-_Atomic size_t hak_span_bytes;
-_Atomic size_t hak_dirty_bytes;
-_Atomic uint64_t hak_dirty_grew_ms;
+/* ---- placement in the window ---------------------------------------------- */
 
-/* Branch-free: a loop took 4 instructions a unit, and an 8-unit slab goes
- * idle and wakes once per batch in a program that fills and empties it. */
-static size_t popcount64(uint64_t x) {
-  x -= (x >> 1) & 0x5555555555555555ull;
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-  return (size_t)((x * 0x0101010101010101ull) >> 56);
-}
+#define WINDOW_LO ((uintptr_t)1 << 32)
+#define WINDOW_HI ((uintptr_t)MAP_FAST_ENTRIES << REGION_SHIFT)
+#define WINDOW_START_SPAN ((uintptr_t)1 << 38) /* where the first region may start */
+#define PLACE_TRIES 64
 
-static void dirty_sub(uint64_t units) {
-  if (units) atomic_fetch_sub_explicit(&hak_dirty_bytes, (size_t)popcount64(units) * UNIT_SIZE, memory_order_relaxed);
-}
+static hak_lock_t space_lock;
+static uintptr_t cursor; /* next address tried; 0: not yet chosen */
+static bool window_off;  /* the kernel does not place at fixed addresses */
 
-static region_t *pool;      /* empty regions, most recent first */
-static size_t pool_count;
-
-void region_map_set(const void *p, uint8_t kind) {
-  size_t i = region_map_index(p);
-  if (i < MAP_ENTRIES) __atomic_store_n(&hak_region_map[i], kind, __ATOMIC_RELEASE);
-}
-
-static uint64_t span_bits(size_t first, size_t units) {
-  return (units >= 64 ? ALL_UNITS : (((uint64_t)1 << units) - 1)) << first;
-}
-
-region_t *region_alloc(heap_t *heap) {
-  hak_lock(&hak_lock_regions);
-  region_t *r = pool;
-  if (r) {
-    pool = r->next;
-    pool_count--;
-  }
-  hak_unlock(&hak_lock_regions);
-  if (r) {
-    stat_inc(regions_reused);
-  } else {
-    r = os_map_aligned(REGION_SIZE, REGION_SIZE);
-    if (r == NULL && hak_release_cached()) r = os_map_aligned(REGION_SIZE, REGION_SIZE);
-    if (r == NULL) return NULL;
-    if (region_map_index(r) >= MAP_ENTRIES) { /* beyond the map: unusable */
-      os_unmap(r, REGION_SIZE);
-      return NULL;
+/* Whether the map entries of [a, a+size) are all free; *next: past the last
+ * one in use. */
+static bool space_free(uintptr_t a, size_t size, uintptr_t *next) {
+  for (uintptr_t e = a + size; e > a; e -= REGION_SIZE)
+    if (map_kind((void *)(e - REGION_SIZE)) != MAP_NONE) {
+      *next = e;
+      return false;
     }
-    /* Zeroed descriptors read as SLAB_NONE with no owner: a pointer into a
-     * free unit (its descriptor its own head) fails free's owner test and is
-     * reported, never trusted. */
-    for (size_t i = 0; i < REGION_UNITS; i++) r->slabs[i].head = &r->slabs[i];
-    r->free_units = ALL_UNITS & ~HEADER_UNITS;
-    if (HAKMEM_SECURE) { /* guard pages on both sides of the header */
-      os_protect_none(r, os_page_size());
-      os_protect_none((char *)r + UNIT_SIZE - os_page_size(), os_page_size());
-    }
-    region_map_set(r, MAP_REGION);
-    stat_inc(regions_mapped);
-  }
-  r->heap = heap;
-  r->next = r->prev = NULL;
-  return r;
-}
-
-size_t region_purge(region_t *r) {
-  size_t purged = 0;
-  uint64_t dirty = r->dirty_units;
-  while (dirty) {
-    unsigned first = (unsigned)__builtin_ctzll(dirty);
-    uint64_t run = dirty >> first;
-    unsigned len = ~run ? (unsigned)__builtin_ctzll(~run) : 64 - first;
-    purged += os_purge((char *)r + (size_t)first * UNIT_SIZE, (size_t)len * UNIT_SIZE);
-    dirty &= ~span_bits(first, len);
-  }
-  dirty_sub(r->dirty_units);
-  r->dirty_units = 0;
-  if (purged) stat_add(bytes_purged, purged);
-  return purged;
-}
-
-static void region_unmap(region_t *r) {
-  dirty_sub(r->dirty_units);
-  region_map_set(r, MAP_NONE);
-  os_unmap(r, REGION_SIZE);
-  stat_inc(regions_unmapped);
-}
-
-/* An empty region goes to the pool, or back to the OS when the pool is full.
- * Pooled regions keep their dirty units until the purger's delay is up, so a
- * heap that empties a region and soon needs one again pays no page faults. */
-void region_release(region_t *r) {
-  hak_assert(r->free_units == (ALL_UNITS & ~HEADER_UNITS));
-  if (learn_knob(KNOB_PURGE_DELAY_MS) == 0) region_purge(r);
-  r->heap = NULL;
-  hak_lock(&hak_lock_regions);
-  if (pool_count < (size_t)hak_option(OPT_POOL_REGIONS)) {
-    r->next = pool;
-    pool = r;
-    pool_count++;
-    r = NULL;
-  }
-  hak_unlock(&hak_lock_regions);
-  if (r) region_unmap(r);
-}
-
-/* Unmaps every pooled region; returns the bytes unmapped. */
-size_t region_pool_unmap(void) {
-  hak_lock(&hak_lock_regions);
-  region_t *list = pool;
-  pool = NULL;
-  pool_count = 0;
-  hak_unlock(&hak_lock_regions);
-  size_t n = 0;
-  for (region_t *next; list; list = next, n += REGION_SIZE) {
-    next = list->next;
-    region_unmap(list);
-  }
-  return n;
-}
-
-/* Purges pooled regions dirty for at least delay ms; returns whether dirty
- * ones remain. */
-bool region_pool_purge_due(uint64_t now, uint64_t delay) {
-  bool pending = false;
-  hak_lock(&hak_lock_regions);
-  for (region_t *r = pool; r; r = r->next) pending |= region_purge_due(r, now, delay);
-  hak_unlock(&hak_lock_regions);
-  return pending;
-}
-
-/* Bit i set where the n units from unit i are all free, given m of the
- * runs of have units (have <= n). */
-static uint64_t runs_of(uint64_t m, size_t have, size_t n) {
-  for (size_t i = have; i < n && m; i++) m &= m >> 1;
-  return m;
-}
-
-/* Finds units free units in a row, starting at a multiple of align_units,
- * and makes them a span whose head descriptor is returned; warm: only units
- * that are all dirty (likely still resident, so the span faults nothing).
- * Where it can, it starts the span where room units are free, so that it
- * can grow in place. */
-slab_t *region_span_alloc(region_t *r, size_t units, size_t align_units, size_t room, bool warm) {
-  uint64_t m = runs_of(r->free_units, 1, units);
-  if (warm) m &= runs_of(r->dirty_units, 1, units);
-  uint64_t roomy = room > units ? runs_of(m, units, room) : 0;
-  if (align_units > 1) {
-    uint64_t starts = 0;
-    for (size_t i = 0; i < REGION_UNITS; i += align_units) starts |= (uint64_t)1 << i;
-    m &= starts;
-    roomy &= starts;
-  }
-  if (m == 0) return NULL;
-  if (roomy) m = roomy;
-  size_t first = (size_t)__builtin_ctzll(m);
-  uint64_t bits = span_bits(first, units);
-  slab_t *s = &r->slabs[first];
-  s->fresh = (r->dirty_units & bits) == 0;
-  r->free_units &= ~bits;
-  dirty_sub(r->dirty_units & bits);
-  r->dirty_units &= ~bits;
-  atomic_fetch_add_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
-  for (size_t i = 1; i < units; i++) r->slabs[first + i].head = s;
-  s->units = (uint8_t)units;
-  return s;
-}
-
-/* Extends span s to units units if the units after it are free. */
-bool region_span_grow(region_t *r, slab_t *s, size_t units) {
-  size_t first = (size_t)(s - r->slabs);
-  if (first + units > REGION_UNITS) return false;
-  uint64_t more = span_bits(first + s->units, units - s->units);
-  if ((r->free_units & more) != more) return false;
-  atomic_fetch_add_explicit(&hak_span_bytes, (units - s->units) * UNIT_SIZE, memory_order_relaxed);
-  r->free_units &= ~more;
-  dirty_sub(r->dirty_units & more);
-  r->dirty_units &= ~more;
-  for (size_t i = s->units; i < units; i++) r->slabs[first + i].head = s;
-  s->units = (uint8_t)units;
   return true;
 }
 
-/* Marks units dirty (free or idle, possibly resident): purged after the
- * delay, or at once with a delay of 0. */
-static void region_mark_dirty(region_t *r, uint64_t bits) {
-  long delay = learn_knob(KNOB_PURGE_DELAY_MS);
-  uint64_t added = bits & ~r->dirty_units;
-  if (delay == 0) {
-    for (unsigned i = 0; i < REGION_UNITS; i++)
-      if (added >> i & 1) os_purge((char *)r + (size_t)i * UNIT_SIZE, UNIT_SIZE);
-    stat_add(bytes_purged, (size_t)popcount64(added) * UNIT_SIZE);
-    return;
+/* Address space in the window, its first `first` bytes mapped; 0 when the
+ * window has no room or the kernel will not place there. Under space_lock. */
+static uintptr_t window_place(size_t size, size_t first) {
+  if (HAK_UNDER_SANITIZER || window_off) return 0;
+  if (cursor == 0) cursor = WINDOW_LO + (os_random_seed() % (WINDOW_START_SPAN >> REGION_SHIFT) << REGION_SHIFT);
+  bool wrapped = false;
+  for (int tries = 0; tries < PLACE_TRIES;) {
+    if (cursor + size > WINDOW_HI) {
+      if (wrapped) break;
+      cursor = WINDOW_LO, wrapped = true;
+    }
+    uintptr_t next;
+    if (!space_free(cursor, size, &next)) {
+      cursor = next;
+      continue;
+    }
+    uintptr_t a = cursor;
+    bool taken;
+    if (os_map_at((void *)a, first, &taken) != NULL) {
+      cursor = a + size;
+      return a;
+    }
+    if (!taken) return 0; /* out of memory or address space: not the window's fault */
+    cursor = a + REGION_SIZE; /* someone else's mapping: step over it */
+    tries++;
   }
-  if (added == 0) return;
-  uint64_t now = os_now_ms();
-  if (r->dirty_units == 0 && delay > 0) {
-    r->dirty_since_ms = now;
-    purge_notice_dirty();
-  }
-  atomic_fetch_add_explicit(&hak_dirty_bytes, (size_t)popcount64(added) * UNIT_SIZE, memory_order_relaxed);
-  atomic_store_explicit(&hak_dirty_grew_ms, now, memory_order_relaxed);
-  r->dirty_units |= added;
+  if (!wrapped) window_off = true; /* every try failed from a fresh start: not here */
+  return 0;
 }
 
-/* Returns a span's units to the region. Its descriptors read as free again
- * (no kind, no owner), so a stale pointer into it is caught by free. */
-void region_span_free(region_t *r, slab_t *s) {
-  size_t first = (size_t)(s - r->slabs), units = s->units;
-  for (size_t i = 0; i < units; i++) {
+char *region_space(size_t size, size_t first, size_t *mapped, uint8_t kind) {
+  hak_assert(size % REGION_SIZE == 0 && first <= size);
+  hak_lock(&space_lock);
+  char *p = (char *)window_place(size, first);
+  if (p) map_set(p, size, MAP_RESERVED);
+  hak_unlock(&space_lock);
+  if (p) {
+    *mapped = first;
+  } else {
+    if ((p = os_map_aligned(size, REGION_SIZE)) == NULL) return NULL;
+    *mapped = size;
+    stat_inc(regions_outside);
+  }
+  if (!map_set(p, size, kind)) {
+    region_space_free(p, size, *mapped);
+    return NULL;
+  }
+  return p;
+}
+
+bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken) {
+  *taken = false;
+  if (want <= *mapped) return true;
+  if (os_map_at(base + *mapped, want - *mapped, taken) == NULL) return false;
+  *mapped = want;
+  return true;
+}
+
+void region_space_free(char *base, size_t size, size_t mapped) {
+  map_set(base, size, MAP_NONE);
+  os_unmap(base, mapped);
+  hak_lock(&space_lock);
+  if ((uintptr_t)base >= WINDOW_LO && (uintptr_t)base < cursor) cursor = (uintptr_t)base; /* reuse the hole first */
+  hak_unlock(&space_lock);
+}
+
+/* ---- the pool of empty regions -------------------------------------------------- */
+
+#define POOL_MAX 256
+
+typedef struct {
+  char *base;
+  size_t mapped;
+  uint64_t dirty_ms; /* 0: purged */
+} pooled_t;
+
+static hak_lock_t region_pool_lock;
+static pooled_t pool[POOL_MAX]; /* oldest first */
+static size_t pool_n;
+
+static void pool_remove(size_t i) {
+  for (; i + 1 < pool_n; i++) pool[i] = pool[i + 1];
+  pool_n--;
+}
+
+static void region_unmap(char *base, size_t mapped) {
+  region_space_free(base, REGION_SIZE, mapped);
+  atomic_fetch_sub_explicit(&region_count, 1, memory_order_relaxed);
+  stat_inc(regions_unmapped);
+}
+
+char *region_get(size_t first, size_t *mapped, bool *dirty) {
+  hak_lock(&region_pool_lock);
+  pooled_t got = {0};
+  if (pool_n) got = pool[--pool_n]; /* the newest: the likeliest resident */
+  hak_unlock(&region_pool_lock);
+  if (got.base) {
+    stat_inc(regions_reused);
+    map_set(got.base, REGION_SIZE, MAP_NONE);
+    *mapped = got.mapped;
+    *dirty = got.dirty_ms != 0;
+    bool taken;
+    if (got.mapped < first) region_space_grow(got.base, mapped, first, &taken);
+    return got.base;
+  }
+  char *p = region_space(REGION_SIZE, first, mapped, MAP_NONE);
+  if (p == NULL) return NULL;
+  atomic_fetch_add_explicit(&region_count, 1, memory_order_relaxed);
+  stat_inc(regions_mapped);
+  *dirty = false;
+  return p;
+}
+
+void region_put(char *base, size_t mapped, uint64_t now) {
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  if (delay == 0) os_purge(base, mapped), now = 0;
+  pooled_t old = {0};
+  hak_lock(&region_pool_lock);
+  size_t cap = (size_t)hak_option(OPT_POOL_REGIONS);
+  if (cap > POOL_MAX) cap = POOL_MAX;
+  if (cap == 0) {
+    old = (pooled_t){base, mapped, 0};
+  } else {
+    if (pool_n == cap) old = pool[0], pool_remove(0);
+    pool[pool_n++] = (pooled_t){base, mapped, now};
+  }
+  hak_unlock(&region_pool_lock);
+  if (old.base) region_unmap(old.base, old.mapped);
+}
+
+size_t region_pool_purge(uint64_t now, uint64_t delay, bool unmap, bool *pending) {
+  size_t n = 0;
+  for (;;) {
+    pooled_t p = {0};
+    hak_lock(&region_pool_lock);
+    for (size_t i = 0; i < pool_n; i++)
+      if (unmap || (pool[i].dirty_ms && now - pool[i].dirty_ms >= delay)) {
+        p = pool[i];
+        pool_remove(i);
+        break;
+      }
+    bool left = false;
+    for (size_t i = 0; i < pool_n; i++) left |= pool[i].dirty_ms != 0;
+    if (pending) *pending = left;
+    hak_unlock(&region_pool_lock);
+    if (p.base == NULL) return n;
+    if (unmap) {
+      region_unmap(p.base, p.mapped);
+      n += p.mapped;
+      continue;
+    }
+    n += os_purge(p.base, p.mapped);
+    hak_lock(&region_pool_lock);
+    bool kept = pool_n < POOL_MAX;
+    if (kept) { /* purged ones wait behind those still resident */
+      for (size_t i = pool_n++; i > 0; i--) pool[i] = pool[i - 1];
+      pool[0] = (pooled_t){p.base, p.mapped, 0};
+    }
+    hak_unlock(&region_pool_lock);
+    if (!kept) region_unmap(p.base, p.mapped);
+  }
+}
+
+size_t region_pool_resident(void) {
+  size_t n = 0;
+  hak_lock(&region_pool_lock);
+  for (size_t i = 0; i < pool_n; i++) n += os_resident(pool[i].base, pool[i].mapped);
+  hak_unlock(&region_pool_lock);
+  return n;
+}
+
+void region_fork_lock(bool lock) {
+  if (lock) hak_lock(&region_pool_lock), hak_lock(&space_lock);
+  else hak_unlock(&space_lock), hak_unlock(&region_pool_lock);
+}
+
+/* ---- regions of a heap ------------------------------------------------------- */
+
+#define REGION_FIRST ((size_t)256 * 1024)
+
+static unsigned page_shift(void) { return os_page_size(), os_page_shift; }
+
+/* The secure build puts a guard page after the header too. */
+uint32_t region_header_pages(void) {
+  static _Atomic uint32_t cached; /* the same value, whichever thread computes it */
+  uint32_t pages = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (likely(pages)) return pages;
+  size_t bytes = offsetof(region_t, page_meta) + run_chunk_meta_bytes((uint32_t)(REGION_SIZE >> page_shift()));
+  pages = (uint32_t)(os_page_round(bytes) >> page_shift()) + (HAKMEM_SECURE ? 1 : 0);
+  atomic_store_explicit(&cached, pages, memory_order_relaxed);
+  return pages;
+}
+
+bool region_new(run_heap_t *pages, void *owner) {
+  size_t mapped;
+  bool dirty;
+  char *base = region_get(REGION_FIRST, &mapped, &dirty);
+  if (base == NULL) return false;
+  region_t *r = (region_t *)base;
+  uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> page_shift());
+  __builtin_memset(r->slabs, 0, sizeof r->slabs);
+  /* A unit no slab holds is its own head, with no owner: a pointer into it
+   * fails free's owner test and is looked up, never trusted. */
+  for (size_t i = 0; i < REGION_UNITS; i++) r->slabs[i].head = &r->slabs[i];
+  if (HAKMEM_SECURE) { /* guard pages on both sides of the header */
+    os_protect_none(base, os_page_size());
+    os_protect_none(base + ((size_t)(hp - 1) << page_shift()), os_page_size());
+  }
+  r->mapped = mapped;
+  r->owner = owner;
+  run_chunk_add(pages, &r->pages, base + ((size_t)hp << page_shift()), total - hp,
+                (uint32_t)(mapped >> page_shift()) - hp, r->page_meta, dirty ? os_now_ms() : 0);
+  map_set(base, REGION_SIZE, MAP_REGION);
+  return true;
+}
+
+bool region_grow(run_heap_t *pages) {
+  run_chunk_t *c = pages->chunks; /* the newest region: the others grew before it was made */
+  if (c == NULL || c->limit == c->pages) return false;
+  region_t *r = region_of(c);
+  size_t want = MIN(r->mapped * 2, REGION_SIZE);
+  bool taken;
+  if (!region_space_grow((char *)r, &r->mapped, want, &taken)) {
+    if (taken) c->pages = c->limit; /* something else lies beyond: this region stays as it is */
+    return false;
+  }
+  run_chunk_grow(c, (uint32_t)(r->mapped >> page_shift()) - region_header_pages());
+  return true;
+}
+
+slab_t *region_span_alloc(run_heap_t *pages, size_t n, bool *dirty) {
+  unsigned shift = page_shift();
+  uint32_t per_unit = (uint32_t)(UNIT_SIZE >> shift);
+  run_t run;
+  if (!run_alloc(pages, (uint32_t)n * per_unit, per_unit, &run)) return NULL;
+  region_t *r = region_of(run.chunk);
+  size_t first = (size_t)(run_addr(run) - (char *)r) >> UNIT_SHIFT;
+  slab_t *s = &r->slabs[first];
+  for (size_t i = 1; i < n; i++) r->slabs[first + i].head = s;
+  s->units = (uint8_t)n;
+  *dirty = run.dirty;
+  atomic_fetch_add_explicit(&region_span_bytes, n * UNIT_SIZE, memory_order_relaxed);
+  return s;
+}
+
+bool region_span_free(slab_t *s, uint64_t now) {
+  region_t *r = region_of(s);
+  size_t first = (size_t)(s - r->slabs), n = s->units;
+  for (size_t i = 0; i < n; i++) {
     slab_t *d = &r->slabs[first + i];
     atomic_store_explicit(&d->owner, 0, memory_order_relaxed);
     d->kind = SLAB_NONE;
     d->head = d;
   }
-  uint64_t bits = span_bits(first, units);
-  atomic_fetch_sub_explicit(&hak_span_bytes, units * UNIT_SIZE, memory_order_relaxed);
-  r->free_units |= bits;
-  region_mark_dirty(r, bits);
+  atomic_fetch_sub_explicit(&region_span_bytes, n * UNIT_SIZE, memory_order_relaxed);
+  unsigned shift = page_shift();
+  uint32_t page = (uint32_t)(((char *)r + first * UNIT_SIZE - r->pages.base) >> shift);
+  return run_free((run_t){.chunk = &r->pages, .page = page, .pages = (uint32_t)(n * UNIT_SIZE >> shift)}, true, now);
 }
 
-/* An empty slab's units may be purged while it stays its heap's (idle);
- * once the owner takes it back they must not be. Waking returns whether
- * any of them was purged meanwhile. */
-void region_slab_idle(region_t *r, slab_t *s) {
-  region_mark_dirty(r, span_bits((size_t)(s - r->slabs), s->units));
+bool region_spare(region_t *r) {
+  return r->pages.used == 0 && (r->pages.heap->chunks != &r->pages || r->pages.next != NULL);
 }
 
-bool region_slab_wake(region_t *r, slab_t *s) {
-  uint64_t bits = span_bits((size_t)(s - r->slabs), s->units), dirty = r->dirty_units & bits;
-  dirty_sub(dirty);
-  r->dirty_units &= ~bits;
-  return dirty != bits;
+void region_release(region_t *r, uint64_t now) {
+  run_chunk_remove(&r->pages);
+  r->owner = NULL;
+  if (HAKMEM_SECURE) { /* the pool's regions carry no guard pages */
+    region_unmap((char *)r, r->mapped);
+    return;
+  }
+  region_put((char *)r, r->mapped, now);
 }
 
-/* Purges r's dirty units if they have been dirty for delay ms; returns
- * whether dirty units remain. Called with the owning heap's lock held. */
-bool region_purge_due(region_t *r, uint64_t now, uint64_t delay) {
-  if (r->dirty_units == 0) return false;
-  if (now - r->dirty_since_ms < delay) return true;
-  region_purge(r);
-  return false;
+/* ---- statistics ---------------------------------------------------------------------- */
+
+static void usage_of_run(void *ctx, run_t run, bool free) {
+  region_usage_t *u = ctx;
+  char *p = run_addr(run);
+  size_t n = os_resident(p, run_bytes(run));
+  region_t *r = region_of(p);
+  slab_t *d = &r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)];
+  if (free) u->free += n;
+  else if (((uintptr_t)p & (UNIT_SIZE - 1)) == 0 && d->head == d && atomic_load_explicit(&d->owner, memory_order_relaxed))
+    u->slabs += n;
+  else {
+    u->runs += n;
+    if (run_cached(run)) u->cached += n;
+  }
+}
+
+void region_usage(region_t *r, region_usage_t *u) {
+  u->meta += os_resident(r, (size_t)region_header_pages() << page_shift());
+  run_chunk_walk(&r->pages, usage_of_run, u);
+}
+
+bool region_pool_overlaps(uintptr_t lo, uintptr_t hi) {
+  bool hit = false;
+  hak_lock(&region_pool_lock);
+  for (size_t i = 0; i < pool_n && !hit; i++) hit = (uintptr_t)pool[i].base < hi && lo < (uintptr_t)pool[i].base + pool[i].mapped;
+  hak_unlock(&region_pool_lock);
+  return hit;
 }

@@ -1,20 +1,10 @@
-/* Size classes: 8 and 16 bytes, then multiples of 16 up to 64 bytes, then
- * four classes per doubling up to 32 KiB (internal waste at most 25 %, 12.5 %
- * on average). Every class from 16 bytes on is a multiple of 16, so every
- * block of 16 bytes or more is 16-byte aligned, as glibc's are. Classes up to
- * 1 KiB are the Tiny pool, the rest the Mid pool. A slab spans enough 64 KiB
- * units to hold at least 256 blocks up to 1 KiB and 64 up to 8 KiB, and 4
- * units above that (8 blocks of 32 KiB): with 8, each class's slabs kept
- * more of its free blocks out of the others' reach (mid_large_mt, 8-32 KiB,
- * peak RSS 1 thread 12.6 -> 11.4 MiB, 2 threads 23.8 -> 20.9, mimalloc 12.6
- * and 22.5; 2 % slower at 1 thread; with 2 units, 25 % slower). Blocks
- * freed into a slab other than the class's current one wait until it is
- * current again, by then out of the cache: few slabs per class keep the
- * blocks handed out hot (random_mixed, 16-1024 B, simulated 512 KiB L2
- * misses 3.18M -> 1.81M with 256 blocks, tcmalloc's per-class lists 1.63M).
- * A loop of 64 allocations then 64 frees stays in one slab (fastpath at
- * 8 KiB: 87.7 -> 72.6 instructions per pair). */
-#include "internal.h"
+/* Size classes and the units a slab of each spans. A slab holds at least 256
+ * blocks up to 1 KiB and 64 up to 8 KiB, and spans 4 units above that: a
+ * class needs few slabs, so the blocks it hands out are the ones freed last,
+ * still in the cache (a block freed into another slab of the class waits
+ * until that slab is current again), and a loop of 64 allocations then 64
+ * frees stays in one slab. */
+#include "size_class.h"
 
 const uint32_t hak_class_size[NUM_CLASSES] = {
   8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192,

@@ -1,16 +1,14 @@
-/* Statistics. Per-class counters are kept only with HAKMEM_STATS=1, which
- * routes every call through the slow paths so the fast paths carry no
- * counting; process-wide counters are counted on slow paths always. */
+/* Statistics counters: one list of them, counted by every layer. Per-class
+ * rows are kept only with HAKMEM_STATS set, which routes every call through
+ * the slow paths so that the fast paths carry no counting; the process-wide
+ * counters are counted on slow paths always. The report is report.c's.
+ * Layer 0. */
 #ifndef HAKMEM_STATS_H
 #define HAKMEM_STATS_H
 
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
+#include "types.h"
 
-#include "internal.h"
-
-/* One list generates the fields, the counting and the printing. */
+/* One list generates the fields, the counting and the reports. */
 #define HAK_CLASS_STATS(X)        \
   X(allocs, "allocs")             \
   X(frees, "frees")               \
@@ -20,15 +18,19 @@
   X(live_bytes, "live-bytes")     \
   X(peak_bytes, "peak-bytes")
 
-#define HAK_GLOBAL_STATS(X)                                   \
-  X(regions_mapped, "regions mapped")                         \
-  X(regions_unmapped, "regions unmapped")                     \
-  X(regions_reused, "regions reused from the pool")           \
-  X(huge_mapped, "huge blocks mapped")                        \
-  X(huge_cache_hits, "huge blocks reused from the BigCache")  \
-  X(bytes_purged, "bytes purged (madvise)")                   \
-  X(heaps_created, "thread heaps created")                    \
-  X(heaps_adopted, "thread heaps adopted after thread exit")  \
+#define HAK_GLOBAL_STATS(X)                                          \
+  X(regions_mapped, "regions mapped")                                \
+  X(regions_unmapped, "regions unmapped")                            \
+  X(regions_reused, "regions reused from the pool")                  \
+  X(regions_outside, "regions placed outside the window")            \
+  X(huge_mapped, "huge blocks given a mapping of their own")         \
+  X(huge_arena_blocks, "huge blocks placed in arenas")               \
+  X(huge_cache_hits, "huge blocks placed on cached pages")           \
+  X(bytes_purged, "bytes purged (returned with madvise)")            \
+  X(purge_rounds, "purge rounds")                                    \
+  X(slabs_wiped, "slabs emptied by other threads and returned")      \
+  X(heaps_created, "thread heaps created")                           \
+  X(heaps_adopted, "thread heaps adopted after thread exit")         \
   X(bad_frees, "invalid pointers passed to free/realloc")
 
 /* Rows: the small classes, then the Large and Huge pools. */
@@ -55,7 +57,7 @@ extern bool hak_stats_enabled;
 #define stat_inc(field) atomic_fetch_add_explicit(&hak_stats.field, 1, memory_order_relaxed)
 #define stat_add(field, n) atomic_fetch_add_explicit(&hak_stats.field, (int64_t)(n), memory_order_relaxed)
 
-/* Per-class counting; compiled in always, executed only in stats mode. */
+/* Per-class counting; compiled in always, run only with statistics on. */
 void stat_row_alloc(unsigned row, size_t bytes);
 void stat_row_free(unsigned row, size_t bytes, bool local);
 hak_inline void stat_alloc(unsigned row, size_t bytes) {

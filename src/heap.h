@@ -1,0 +1,134 @@
+/* Thread heaps. Each thread allocates from its own heap, reached through
+ * initial-exec TLS; a thread that has not allocated yet points at a static
+ * empty heap whose every class reads as "empty, refill me", so the fast path
+ * needs no "initialised?" test. A heap owns regions, their free pages in one
+ * run heap that its slabs and its Large blocks are cut from; its slabs sit
+ * in one queue per class. Heaps outlive their threads: at thread exit a
+ * heap is abandoned, warm, and the next new thread adopts it whole. Layer 3. */
+#ifndef HAKMEM_HEAP_H
+#define HAKMEM_HEAP_H
+
+#include "run.h"
+#include "slab.h"
+#include "types.h"
+
+typedef struct heap_s heap_t;
+
+/* Fresh blocks per carve, learned per class: a class carved again within
+ * CARVE_HOT_GAP of the heap's carves doubles its batch, one left alone longer
+ * halves it once per CARVE_COLD_GAP carves since. A cold class carves about a
+ * page (at least one block), a hot one up to four pages or 32 blocks,
+ * whichever is more. The clock counts carves, not time, so the batches are
+ * deterministic. */
+#define CARVE_BYTES 4096
+#define CARVE_HOT_BYTES 16384
+#define CARVE_MIN_HOT 32
+#define CARVE_HOT_GAP 8
+#define CARVE_COLD_GAP 64
+
+
+typedef struct {
+  slab_t *head, *tail;
+  slab_t *spare; /* one empty slab kept for reuse */
+} slab_queue_t;
+
+struct heap_s {
+  slab_inbox_t inbox;               /* first: slabs with remote frees (slab.h) */
+  int64_t sample_left;              /* heap profiler: bytes before the next sample (alloc.c) */
+  slab_t *direct[DIRECT_MAX / 8 + 1]; /* malloc's view by (size + 7) / 8: active[] of the size's class */
+  slab_t *mid[SMALL_MAX / 256 + 1]; /* the same by (size + 255) / 256, for Mid sizes */
+  slab_t *active[NUM_CLASSES];      /* the fast path's view: a slab, or slab_empty */
+  slab_t *cur[NUM_CLASSES];         /* the slab each class allocates from; it holds one extra use */
+  slab_queue_t queue[NUM_CLASSES];
+  /* under lock: what other threads may touch (purging, large frees) */
+  hak_lock_t lock;
+  run_heap_t pages;                 /* free pages of its regions: slabs and Large blocks */
+  run_cache_t lcache;               /* Large blocks freed last, by class (large.c) */
+  slab_t *idle[NUM_CLASSES];        /* the spare of each class while idle */
+  /* the owner's clocks */
+  uint32_t carves;                  /* fresh carves by this heap */
+  uint32_t carve_at[NUM_CLASSES];   /* the clock at each class's last carve */
+  uint16_t carve_n[NUM_CLASSES];    /* blocks of the class's next carve; 0: not yet */
+  uint32_t slow_calls;              /* slow paths taken */
+  uint64_t tick_ms;                 /* the owner's last tick */
+  uint64_t sparse_at_ms;            /* when the sparse slabs were last purged */
+  _Atomic uint64_t active_ms;       /* when the owner last looked at the clock (remote wipes read it) */
+  _Atomic uint32_t collects;        /* times the owner took its inbox (remote wipes read it) */
+  heap_t *next_abandoned;
+  heap_t *next_all;
+  slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */
+  bool sampling; /* the profiling library: sample_left counts */
+  /* the view of a class with no block at hand: its own, so that the fast
+   * path's test (which writes the word it reads) stays in this heap */
+  slab_t empty;
+} __attribute__((aligned(64)));
+
+/* "No slab": the current slab of a class that has none, and the views of
+ * hak_heap_empty, the heap of a thread that has not allocated yet. */
+extern slab_t hak_slab_empty;
+extern heap_t hak_heap_empty;
+extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+
+hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
+
+/* The calling thread's heap, made or adopted (NULL when out of memory). */
+heap_t *heap_init_thread(void);
+/* A block of class cls after the fast path found its slab empty; NULL when
+ * out of memory. */
+void *heap_alloc_small_slow(heap_t *heap, unsigned cls);
+/* Sampling (the heap profiler) in the default library, whose malloc has no
+ * count of its own. While it is on, the fast path of a class allocates from
+ * a proxy slab whose free list is cut from its slab's: only as many blocks
+ * as fit in sample_left. It finds the proxy empty where the next sample
+ * falls, with no test of its own. heap_sampling_start turns it
+ * on for a heap (false when out of memory); heap_sample_settle gives the
+ * blocks the fast path did not take back to their slab, their bytes back
+ * to sample_left, before the slow path counts an allocation of cls. */
+bool heap_sampling_start(heap_t *heap, int64_t first);
+void heap_sample_settle(heap_t *heap, unsigned cls);
+/* A local free into a slab whose owner word carries flags. */
+void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
+/* Slab s's last block came back (its used count fell to 0). */
+void heap_slab_empty(heap_t *heap, slab_t *s);
+/* A remote free brought every block of full slab s back (slab_remote_full,
+ * with the remote word it left): when the owner is idle, the slab is wiped
+ * and its pages go back now. */
+void heap_remote_full(slab_t *s, uint64_t word);
+/* The owner's periodic work on its slow paths: remote frees, sparse slabs,
+ * emptied current slabs. Cheap when nothing is due. */
+void heap_tick(heap_t *heap, uint64_t now);
+
+/* Purges what heap h holds free and dirty for delay ms or more (free units,
+ * free Large pages, idle slabs); with force, all of it. Any thread; skips a
+ * heap whose lock is busy unless wait. Returns the bytes purged; *pending:
+ * whether dirty memory remains. */
+size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pending);
+/* Gives back what the calling thread's heap holds and does not use. */
+size_t heap_trim(heap_t *heap);
+/* Resident bytes of the heaps' own structures, and whether [lo, hi)
+ * overlaps them (statistics). */
+size_t heap_meta_resident(void);
+bool heap_meta_overlaps(uintptr_t lo, uintptr_t hi);
+/* Adds the resident bytes of heap h's regions to *u. */
+void heap_usage(heap_t *h, region_usage_t *u);
+/* The first of every heap made (then h->next_all). */
+heap_t *heap_all(void);
+/* Threads that hold a heap now. */
+unsigned heap_threads_running(void);
+/* Abandoned heaps' remote frees collected and empty slabs released. */
+size_t heap_trim_abandoned(void);
+
+/* Hands the calling thread's heap back now, as thread exit does. */
+void heap_thread_done(void);
+
+void heap_process_init(void);
+/* Takes (or releases) every heap's lock around fork; in the child,
+ * heap_fork_child releases them. */
+void heap_fork_lock(bool lock);
+void heap_fork_child(void);
+
+/* The heap's lock taken to change its run heaps (Large pool). */
+hak_inline void heap_lock(heap_t *h) { hak_lock(&h->lock); }
+hak_inline void heap_unlock(heap_t *h) { hak_unlock(&h->lock); }
+
+#endif

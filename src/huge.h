@@ -1,0 +1,52 @@
+/* Huge blocks: above LARGE_MAX. Layer 4.
+ *
+ * Most are runs of 256 KiB units in arenas: reservations of address space
+ * that start at 16 MiB and double, up to 1 GiB, as the program's huge
+ * blocks need them. A freed block's units keep their pages (the BigCache)
+ * and merge with free neighbours, so that a later block of any size up to
+ * the run they form is served from pages already faulted in, without a
+ * system call; they are purged once older than HAKMEM_BIGCACHE_AGE_MS, and
+ * oldest first beyond HAKMEM_BIGCACHE_MB. Free runs are found through one
+ * run heap (run.h), whatever the number of arenas and runs.
+ *
+ * Blocks beyond an arena's largest, or aligned beyond a region, have a
+ * mapping of their own, unmapped when freed. */
+#ifndef HAKMEM_HUGE_H
+#define HAKMEM_HUGE_H
+
+#include "types.h"
+
+/* A block of size bytes aligned to align; zeroed with zero. NULL when the OS
+ * refuses. */
+void *huge_alloc(size_t size, size_t align, bool zero);
+/* A block that realloc grows past REALLOC_HUGE_MIN: a mapping of its own that
+ * reserves room to grow in place (later growth moves its pages, never copies
+ * them). NULL when the OS refuses. */
+void *huge_alloc_growing(size_t size);
+/* Frees huge block p; false when p is not one. */
+bool huge_free(void *p);
+/* The usable size of huge block p; 0 when p is not one. */
+size_t huge_usable_size(const void *p);
+/* Resizes in place, or moves the pages (no copy) to a new mapping. Returns
+ * the block's address, or NULL when neither works (p is then unchanged). */
+void *huge_realloc(void *p, size_t size);
+
+/* Purges cached units due by age or beyond the size bound (force: all of
+ * them; unmap: also unmaps arenas that hold no block). Returns the bytes
+ * given back; *pending: whether cached units remain. */
+size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending);
+/* Resident bytes of free units (the BigCache). */
+size_t huge_cached_bytes(void);
+/* The same split by age: young[k] gets those freed less than age_ms[k] ago. */
+void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]);
+/* Resident bytes of huge blocks (live), of the BigCache (cached) and of the
+ * arenas' metadata; whether [lo, hi) overlaps an arena's metadata or a
+ * mapping of a block's own (statistics). */
+void huge_resident(size_t *live, size_t *cached, size_t *meta);
+bool huge_meta_overlaps(uintptr_t lo, uintptr_t hi);
+/* Bytes of huge blocks live now, and placed on cached pages so far. */
+extern _Atomic size_t huge_live_bytes;
+extern _Atomic uint64_t huge_reused_bytes;
+extern hak_lock_t huge_lock;
+
+#endif

@@ -1,0 +1,29 @@
+/* The Large pool: blocks above SMALL_MAX up to LARGE_MAX, each a run of
+ * pages in one of its heap's regions, beside the slabs. Page-granular: a
+ * block takes the pages its size needs, and only the pages it touches become
+ * resident. Free runs are found through the heap's run
+ * heap (run.h) in a few instructions whatever the heap's size; freed runs
+ * merge with their free neighbours and stay resident until purged with the
+ * delay. Every operation takes the owning heap's lock, so that any thread
+ * frees a block at once, its owner asleep or gone. Layer 4. */
+#ifndef HAKMEM_LARGE_H
+#define HAKMEM_LARGE_H
+
+#include "heap.h"
+
+/* A block of size bytes aligned to align (at most REGION_SIZE / 2); zeroed
+ * with zero. NULL when out of memory. */
+void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
+/* Frees Large block p (in a region, on a unit no slab holds); with cache,
+ * it may be kept for the next block of its class. False when p is not one. */
+bool large_free(void *p, bool cache);
+/* The usable size of large block p; 0 when p is not one. */
+size_t large_usable_size(const void *p);
+/* Resizes block p in place to size bytes (<= LARGE_MAX); false when the
+ * pages after it are not free. */
+bool large_resize(void *p, size_t size);
+
+/* Bytes of Large blocks live now. */
+extern _Atomic size_t large_live_bytes;
+
+#endif

@@ -1,0 +1,28 @@
+/* Policy: the knobs that trade time in the OS for memory held (how long
+ * freed memory stays resident, how much of freed huge blocks stays cached and
+ * for how long), set as one of a few complete strategies. The learner (learn.c)
+ * picks the strategy; the pools only read the knobs. Layer 0. */
+#ifndef HAKMEM_POLICY_H
+#define HAKMEM_POLICY_H
+
+#include "base.h"
+
+typedef enum {
+  KNOB_PURGE_DELAY_MS,  /* HAKMEM_PURGE_DELAY_MS */
+  KNOB_BIGCACHE_MB,     /* HAKMEM_BIGCACHE_MB */
+  KNOB_BIGCACHE_AGE_MS, /* HAKMEM_BIGCACHE_AGE_MS */
+  KNOB_COUNT
+} knob_t;
+
+enum { STRATEGY_DEFAULT, STRATEGY_SPEED, STRATEGY_LEAN, STRATEGY_MEMORY, STRATEGIES };
+
+/* The running strategy's setting of a knob; an option the user set in the
+ * environment wins over every strategy. */
+long policy_knob(knob_t knob);
+/* Strategy s's setting of the knob. */
+long policy_knob_of(int s, knob_t knob);
+int policy_current(void);
+void policy_set(int s);
+const char *policy_name(int s);
+
+#endif

@@ -1,0 +1,125 @@
+/* Regions: 4 MiB of address space aligned to its size, the unit in which
+ * hakmem takes memory from the OS. Layer 1.
+ *
+ * Placement. Regions (and huge arenas) go into a window of the address space
+ * (4 GiB to 1 TiB, where the kernel places nothing of its own accord) at a
+ * random start, one after another: map.h's fast map covers that window.
+ * Where the kernel refuses (a mapping of someone else's there, an old
+ * kernel, a sanitizer's fixed layout), a region goes wherever the kernel
+ * puts it, and free takes a slower path for its blocks.
+ *
+ * Growth. A region in the window maps its first 256 KiB and grows by
+ * doubling as its pages are needed: address space follows use (RLIMIT_AS),
+ * and the rest of its 4 MiB stays free for it.
+ *
+ * Pages. A region's header comes first: one slab descriptor per 64 KiB unit
+ * (so free finds a block's slab by masking and indexing) and the run chunk
+ * of the pages after the header, which its heap's run heap hands out, as
+ * slabs (whole units) and as Large blocks (whole pages) alike. A unit no
+ * slab holds has a descriptor that is its own head, with no owner.
+ *
+ * The pool. An empty region waits in a bounded pool, its pages returned
+ * after the purge delay, before it is unmapped. */
+#ifndef HAKMEM_REGION_H
+#define HAKMEM_REGION_H
+
+#include "map.h"
+#include "run.h"
+#include "types.h"
+
+#define REGION_MAX_PAGES (REGION_SIZE / 4096) /* with the smallest page size */
+
+typedef struct region_s {
+#if HAKMEM_SECURE
+  char guard[4096]; /* PROT_NONE: nothing runs into the header from below */
+#endif
+  slab_t slabs[REGION_UNITS]; /* those of the header's units describe no slab */
+  run_chunk_t pages;          /* the pages after the header */
+  size_t mapped;              /* bytes mapped from the region's start */
+  void *owner;                /* the heap whose run heap holds it */
+  _Alignas(64) uint8_t page_meta[RUN_CHUNK_META_BYTES(REGION_MAX_PAGES)];
+} region_t;
+
+hak_inline region_t *region_of(const void *p) { return (region_t *)((uintptr_t)p & ~(REGION_SIZE - 1)); }
+hak_inline slab_t *slab_in(region_t *r, const void *p) {
+  return r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)].head;
+}
+hak_inline slab_t *slab_of(const void *p) { return slab_in(region_of(p), p); }
+/* slab_of(p) for p in map entry i: the region's address is i shifted back,
+ * which the compiler would otherwise recompute from p (free: one
+ * instruction less). The empty asm hides that i came from p. */
+hak_inline slab_t *slab_of_entry(size_t i, const void *p) {
+  __asm__("" : "+r"(i));
+  return slab_in((region_t *)(i << REGION_SHIFT), p);
+}
+hak_inline char *slab_start(const slab_t *s) {
+  region_t *r = region_of(s);
+  return (char *)r + (size_t)(s - r->slabs) * UNIT_SIZE;
+}
+
+/* ---- region memory ----------------------------------------------------- */
+
+/* Address space for `size` bytes (a multiple of REGION_SIZE) aligned to
+ * REGION_SIZE, its map entries set to kind, of which the first `first`
+ * bytes are mapped (all of it outside the window: *mapped tells). NULL when
+ * the OS refuses. */
+char *region_space(size_t size, size_t first, size_t *mapped, uint8_t kind);
+/* Maps more of a region's space, up to want bytes from its start; false
+ * when it cannot (*taken: because something else is mapped there). */
+bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken);
+/* Unmaps [base, base+mapped) of space of `size` bytes and clears its entries. */
+void region_space_free(char *base, size_t size, size_t mapped);
+
+/* A region's memory: from the pool, or new (first bytes mapped). Its map
+ * entries read MAP_NONE until the caller sets them, its header done. */
+char *region_get(size_t first, size_t *mapped, bool *dirty);
+/* An empty region to the pool (its pages dirty since now), or back to the OS
+ * when the pool is full. */
+void region_put(char *base, size_t mapped, uint64_t now);
+/* Purges pooled regions dirty for delay ms; unmap: unmaps them all. Returns
+ * the bytes given back; *pending: whether dirty ones remain. */
+size_t region_pool_purge(uint64_t now, uint64_t delay, bool unmap, bool *pending);
+/* Resident bytes of the pooled regions (statistics). */
+size_t region_pool_resident(void);
+/* Takes (or releases) the pool's and the placement's locks around fork. */
+void region_fork_lock(bool lock);
+
+/* ---- regions of a heap --------------------------------------------------- */
+
+/* The pages before a region's first page run (its header), in run pages. */
+uint32_t region_header_pages(void);
+/* A new region for run heap `pages` (owned by `owner`): false when the OS
+ * refuses. */
+bool region_new(run_heap_t *pages, void *owner);
+/* Grows the newest region of the heap that can grow; false when none can. */
+bool region_grow(run_heap_t *pages);
+/* A span of n units made a slab's (its head descriptor returned, kind and
+ * owner still unset); NULL when the run heap has no room. *dirty: its pages
+ * may be resident. */
+slab_t *region_span_alloc(run_heap_t *pages, size_t n, bool *dirty);
+/* Gives span s back (its pages dirty); its descriptors read as free again, so
+ * that a stale pointer into it is caught by free. Returns whether its region
+ * now holds nothing. */
+bool region_span_free(slab_t *s, uint64_t now);
+/* Whether region r may go: it holds nothing and is not its heap's last. */
+bool region_spare(region_t *r);
+/* Takes empty region r out of its run heap and gives it to the pool. */
+void region_release(region_t *r, uint64_t now);
+/* Resident bytes of a region's parts (statistics). */
+typedef struct {
+  size_t meta;   /* its header */
+  size_t slabs;  /* slab spans */
+  size_t runs;   /* allocated runs that are not slabs: Large blocks, live or cached */
+  size_t cached; /* of runs: those in a run cache (freed) */
+  size_t free;   /* free runs */
+} region_usage_t;
+/* Adds region r's resident bytes to *u; the caller holds its heap's lock. */
+void region_usage(region_t *r, region_usage_t *u);
+/* Whether [lo, hi) overlaps a pooled region (statistics). */
+bool region_pool_overlaps(uintptr_t lo, uintptr_t hi);
+/* Bytes of slab spans handed out (all heaps). */
+extern _Atomic size_t region_span_bytes;
+/* Regions mapped now. */
+extern _Atomic size_t region_count;
+
+#endif

@@ -1,0 +1,426 @@
+/* Runs of pages: bins of free runs, merging, the dirty list. */
+#include "run.h"
+
+_Atomic size_t run_dirty_bytes;
+_Atomic uint64_t run_dirty_grew_ms;
+
+/* ---- bins ---------------------------------------------------------------- */
+
+/* The bin of a free run of n pages: exact up to 64, then eight per doubling
+ * ((64 * 2^k, 64 * 2^(k+1)] in steps of 8 * 2^k). */
+static unsigned bin_of(uint32_t n) {
+  if (n <= 64) return n - 1;
+  unsigned k = (unsigned)(63 - __builtin_clzll(n - 1)) - 6;
+  return 64 + 8 * k + (unsigned)(((n - 1) >> (k + 3)) - 8);
+}
+
+/* The shortest run bin b holds. */
+static uint32_t bin_low(unsigned b) {
+  if (b < 64) return b + 1;
+  unsigned k = (b - 64) / 8, j = (b - 64) % 8;
+  return ((8 + j) << (k + 3)) + 1;
+}
+
+/* Dirty runs go to the head of their bin and clean ones to its tail: the
+ * next allocation of the length takes pages that are likely resident. */
+static void bin_push(run_heap_t *h, run_node_t *x, uint32_t n) {
+  unsigned b = bin_of(n);
+  hak_assert(b < RUN_BINS);
+  if (x->dirty_ms || h->bin[b] == NULL) {
+    x->prev = NULL;
+    x->next = h->bin[b];
+    if (x->next) x->next->prev = x;
+    else h->bin_tail[b] = x;
+    h->bin[b] = x;
+  } else {
+    x->next = NULL;
+    x->prev = h->bin_tail[b];
+    x->prev->next = x;
+    h->bin_tail[b] = x;
+  }
+  h->nonempty[b / 64] |= (uint64_t)1 << (b % 64);
+}
+
+static void bin_remove(run_heap_t *h, run_node_t *x, uint32_t n) {
+  unsigned b = bin_of(n);
+  if (x->prev) x->prev->next = x->next;
+  else h->bin[b] = x->next;
+  if (x->next) x->next->prev = x->prev;
+  else h->bin_tail[b] = x->prev;
+  if (h->bin[b] == NULL) h->nonempty[b / 64] &= ~((uint64_t)1 << (b % 64));
+}
+
+/* The first non-empty bin at or after b, or RUN_BINS. */
+static unsigned bin_next(const run_heap_t *h, unsigned b) {
+  for (unsigned w = b / 64; w < RUN_BINS / 64; w++) {
+    uint64_t m = h->nonempty[w] & (w == b / 64 ? ~(uint64_t)0 << (b % 64) : ~(uint64_t)0);
+    if (m) return w * 64 + (unsigned)__builtin_ctzll(m);
+  }
+  return RUN_BINS;
+}
+
+/* ---- the dirty list, oldest first ------------------------------------------ */
+
+/* Links x after `after` (at the head when after is NULL). */
+static void dirty_insert(run_heap_t *h, run_node_t *after, run_node_t *x) {
+  x->dprev = after;
+  x->dnext = after ? after->dnext : h->dirty_head;
+  if (x->dnext) x->dnext->dprev = x;
+  else h->dirty_tail = x;
+  if (after) after->dnext = x;
+  else h->dirty_head = x;
+}
+
+static void dirty_remove(run_heap_t *h, run_node_t *x) {
+  if (x->dprev) x->dprev->dnext = x->dnext;
+  else h->dirty_head = x->dnext;
+  if (x->dnext) x->dnext->dprev = x->dprev;
+  else h->dirty_tail = x->dprev;
+}
+
+/* ---- free runs --------------------------------------------------------------- */
+
+static bool free_start(const run_chunk_t *c, uint32_t i) { return c->free_bits[i / 64] >> (i % 64) & 1; }
+
+static void set_free_start(run_chunk_t *c, uint32_t i, bool on) {
+  uint64_t bit = (uint64_t)1 << (i % 64);
+  c->free_bits[i / 64] = on ? c->free_bits[i / 64] | bit : c->free_bits[i / 64] & ~bit;
+}
+
+/* Makes [s, s+n) a free run dirty since t (0: clean) in [dlo, dhi); on the
+ * dirty list after `after` (NULL: at the tail). */
+static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint32_t dlo, uint32_t dhi,
+                        run_node_t *after, bool at_tail) {
+  run_heap_t *h = c->heap;
+  run_node_t *x = &c->node[s];
+  if (t && dlo >= dhi) t = 0;
+  c->len[s] = n;
+  c->last_of[s + n - 1] = s;
+  set_free_start(c, s, true);
+  x->chunk = c;
+  x->dirty_ms = t;
+  x->dlo = dlo, x->dhi = dhi;
+  bin_push(h, x, n);
+  h->free_pages += n;
+  if (t) {
+    /* a run dirty since before the newest goes first: it is the sooner due */
+    if (at_tail) after = h->dirty_tail && t < h->dirty_tail->dirty_ms ? NULL : h->dirty_tail;
+    dirty_insert(h, after, x);
+    h->dirty_pages += dhi - dlo;
+    if (h->counted) {
+      atomic_fetch_add_explicit(&run_dirty_bytes, (size_t)(dhi - dlo) << h->page_shift, memory_order_relaxed);
+      if (at_tail) atomic_store_explicit(&run_dirty_grew_ms, t, memory_order_relaxed);
+    }
+  }
+}
+
+/* Takes free run s out of the bins and the dirty list; returns the node
+ * before it on the dirty list (where its pieces go back). */
+static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
+  run_heap_t *h = c->heap;
+  run_node_t *x = &c->node[s], *before = NULL;
+  uint32_t n = c->len[s];
+  set_free_start(c, s, false);
+  bin_remove(h, x, n);
+  h->free_pages -= n;
+  if (x->dirty_ms) {
+    before = x->dprev;
+    dirty_remove(h, x);
+    h->dirty_pages -= x->dhi - x->dlo;
+    if (h->counted) atomic_fetch_sub_explicit(&run_dirty_bytes, (size_t)(x->dhi - x->dlo) << h->page_shift, memory_order_relaxed);
+  }
+  return before;
+}
+
+/* A piece [s, s+n) of a removed free run x (dirty since t in [lo, hi)) goes
+ * back, dirty where its pages meet that stretch. */
+static void free_piece(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint32_t lo, uint32_t hi, run_node_t *after) {
+  if (n == 0) return;
+  free_insert(c, s, n, t, MAX(lo, s), MIN(hi, s + n), after, false);
+}
+
+/* ---- chunks -------------------------------------------------------------------- */
+
+void run_heap_init(run_heap_t *h, unsigned page_shift, bool counted) {
+  *h = (run_heap_t){.page_shift = page_shift, .counted = counted};
+}
+
+static void chunk_extend(run_chunk_t *c, uint32_t limit, uint64_t dirty_ms) {
+  hak_assert(limit > c->limit && limit <= c->pages);
+  uint32_t s = c->limit;
+  c->len[s] = limit - s;
+  c->used += limit - s;
+  c->limit = limit;
+  run_free((run_t){.chunk = c, .page = s, .pages = limit - s, .dirty = false}, dirty_ms != 0, dirty_ms);
+}
+
+void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, uint32_t limit, void *mem,
+                   uint64_t dirty_ms) {
+  /* the small arrays every operation reads first, then the nodes */
+  char *m = mem;
+  c->free_bits = (uint64_t *)m;
+  m += (pages + 63) / 64 * sizeof(uint64_t);
+  c->len = (uint32_t *)m;
+  m += (size_t)pages * sizeof(uint32_t);
+  c->last_of = (uint32_t *)m;
+  m += (size_t)pages * sizeof(uint32_t);
+  c->node = (run_node_t *)m;
+  /* the node and last_of entries are set before they are read; these two
+   * are read as they are */
+  __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
+  __builtin_memset(c->free_bits, 0, (pages + 63) / 64 * sizeof(uint64_t));
+  c->base = base;
+  c->pages = pages;
+  c->limit = 0;
+  c->used = 0;
+  c->heap = h;
+  c->prev = NULL;
+  c->next = h->chunks;
+  if (c->next) c->next->prev = c;
+  h->chunks = c;
+  chunk_extend(c, limit, dirty_ms);
+}
+
+void run_chunk_grow(run_chunk_t *c, uint32_t limit) { chunk_extend(c, limit, 0); }
+
+void run_chunk_remove(run_chunk_t *c) {
+  run_heap_t *h = c->heap;
+  hak_assert(c->used == 0);
+  for (uint32_t s = 0; s < c->limit; s += c->len[s]) free_remove(c, s);
+  if (c->prev) c->prev->next = c->next;
+  else h->chunks = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+}
+
+/* ---- allocation ---------------------------------------------------------------------- */
+
+/* A free run of at least n pages: one in n's own bin that fits (a few looked
+ * at: that bin also holds shorter runs), else the first of the first
+ * non-empty bin that only holds longer runs, or a few bins on where that
+ * one is clean and a later one dirty (resident pages save faults). */
+#define DIRTY_REACH 8
+#define FIT_LOOKS 8
+static run_node_t *find(run_heap_t *h, uint32_t n) {
+  unsigned b = bin_of(n);
+  unsigned sure = bin_low(b) >= n ? b : b + 1;
+  if (sure != b) { /* runs of exactly n or a little more share bin b with shorter ones */
+    int looked = 0;
+    for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++)
+      if (x->chunk->len[x - x->chunk->node] >= n) return x;
+  }
+  unsigned found = bin_next(h, sure);
+  if (found == RUN_BINS) return NULL;
+  if (h->bin[found]->dirty_ms || h->dirty_head == NULL) return h->bin[found];
+  for (unsigned k = bin_next(h, found + 1), steps = 0; k < RUN_BINS && steps < DIRTY_REACH; k = bin_next(h, k + 1), steps++)
+    if (h->bin[k]->dirty_ms) return h->bin[k];
+  return h->bin[found];
+}
+
+/* The first page at or after s of chunk c whose address is a multiple of
+ * align pages. */
+static uint32_t aligned_page(const run_chunk_t *c, uint32_t s, uint32_t align) {
+  uintptr_t first = ((uintptr_t)c->base >> c->heap->page_shift) + s;
+  return s + (uint32_t)((align - (first & (align - 1))) & (align - 1));
+}
+
+/* For an aligned request: a run shorter than n + align - 1 pages may still
+ * hold n aligned ones (a slab's freed span does): the bins between are
+ * looked at first, a few runs each. */
+static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
+  for (unsigned b = bin_of(n), last = bin_of(n + align - 1); b <= last; b = bin_next(h, b + 1)) {
+    if (b >= RUN_BINS) break;
+    int looked = 0;
+    for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++) {
+      run_chunk_t *c = x->chunk;
+      uint32_t s = (uint32_t)(x - c->node);
+      if (aligned_page(c, s, align) + n <= s + c->len[s]) return x;
+    }
+  }
+  return find(h, n + align - 1);
+}
+
+bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) {
+  hak_assert(n >= 1 && is_pow2(align));
+  run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
+  if (x == NULL) return false;
+  run_chunk_t *c = x->chunk;
+  uint32_t s = (uint32_t)(x - c->node), m = c->len[s], lo = x->dlo, hi = x->dhi;
+  uint64_t t = x->dirty_ms;
+  uint32_t at = s;
+  if (align > 1) {
+    at = aligned_page(c, s, align);
+  } else if (t) { /* over as much of the dirty stretch as it holds */
+    at = hi - lo >= n ? lo : hi > n ? hi - n : 0;
+    at = MAX(at, s);
+    at = MIN(at, s + m - n);
+  }
+  run_node_t *before = free_remove(c, s);
+  /* the pieces keep the run's place among the dirty ones: the tail after
+   * the head, both where the run was */
+  if (at > s) {
+    free_piece(c, s, at - s, t, lo, hi, before);
+    if (c->node[s].dirty_ms) before = &c->node[s];
+  }
+  free_piece(c, at + n, s + m - at - n, t, lo, hi, before);
+  c->len[at] = n;
+  c->used += n;
+  *out = (run_t){.chunk = c, .page = at, .pages = n, .dirty = t && MAX(lo, at) < MIN(hi, at + n)};
+  return true;
+}
+
+/* A freed run merges with its free neighbours; the dirty stretch of the run
+ * they form spans theirs. */
+bool run_free(run_t r, bool dirty, uint64_t now) { return run_free_prefix(r, dirty ? r.pages : 0, now); }
+
+bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
+  run_chunk_t *c = r.chunk;
+  uint32_t s = r.page, n = c->len[s];
+  hak_assert(n == r.pages && !free_start(c, s) && dirty <= n);
+  c->used -= n;
+  uint64_t t = dirty ? (now ? now : 1) : 0;
+  uint32_t lo = dirty ? s : UINT32_MAX, hi = dirty ? s + dirty : 0;
+  if (s > 0) {
+    uint32_t f = c->last_of[s - 1];
+    if (f < s && free_start(c, f) && f + c->len[f] == s) {
+      run_node_t *x = &c->node[f];
+      if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
+      free_remove(c, f);
+      c->len[s] = 0;
+      n += s - f;
+      s = f;
+    }
+  }
+  uint32_t r2 = s + n;
+  if (r2 < c->limit && free_start(c, r2)) {
+    run_node_t *x = &c->node[r2];
+    if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
+    uint32_t rn = c->len[r2];
+    free_remove(c, r2);
+    c->len[r2] = 0;
+    n += rn;
+  }
+  free_insert(c, s, n, t, lo, hi, NULL, true);
+  return c->used == 0;
+}
+
+bool run_grow(run_t *r, uint32_t n, bool *dirty) {
+  run_chunk_t *c = r->chunk;
+  uint32_t end = r->page + r->pages, want = n - r->pages;
+  if (n <= r->pages) return true;
+  if (end >= c->limit || !free_start(c, end) || c->len[end] < want) return false;
+  run_node_t *x = &c->node[end];
+  uint32_t m = c->len[end], lo = x->dlo, hi = x->dhi;
+  uint64_t t = x->dirty_ms;
+  run_node_t *before = free_remove(c, end);
+  c->len[end] = 0;
+  free_piece(c, end + want, m - want, t, lo, hi, before);
+  c->len[r->page] = n;
+  c->used += want;
+  r->pages = n;
+  *dirty = t && MAX(lo, end) < MIN(hi, end + want);
+  return true;
+}
+
+void run_shrink(run_t *r, uint32_t n, uint64_t now) {
+  run_chunk_t *c = r->chunk;
+  if (n >= r->pages) return;
+  uint32_t tail = r->page + n, k = r->pages - n;
+  c->len[r->page] = n;
+  c->len[tail] = k;
+  r->pages = n;
+  run_free((run_t){.chunk = c, .page = tail, .pages = k, .dirty = true}, true, now);
+}
+
+void run_chunk_walk(run_chunk_t *c, void (*fn)(void *ctx, run_t r, bool free), void *ctx) {
+  for (uint32_t s = 0; s < c->limit;) {
+    uint32_t n = c->len[s] ? c->len[s] : 1;
+    fn(ctx, (run_t){.chunk = c, .page = s, .pages = n}, free_start(c, s));
+    s += n;
+  }
+}
+
+run_t run_at(run_chunk_t *c, uint32_t page) {
+  if (page >= c->limit || c->len[page] == 0 || free_start(c, page)) return (run_t){0};
+  return (run_t){.chunk = c, .page = page, .pages = c->len[page], .dirty = true};
+}
+
+/* ---- the cache of freed runs -------------------------------------------------- */
+
+/* A cached run's first node: next links the class's stack, dirty_ms is the
+ * time it was freed (never 0), pages (dlo) its length. */
+bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages) {
+  if (k->n[cls] >= max_n || k->pages + r.pages > max_pages) return false;
+  run_node_t *x = &r.chunk->node[r.page];
+  x->chunk = r.chunk;
+  x->dirty_ms = now ? now : 1;
+  x->next = k->top[cls];
+  k->top[cls] = x;
+  k->n[cls]++;
+  k->pages += r.pages;
+  return true;
+}
+
+static run_t cached_run(run_node_t *x) {
+  run_chunk_t *c = x->chunk;
+  uint32_t s = (uint32_t)(x - c->node);
+  return (run_t){.chunk = c, .page = s, .pages = c->len[s], .dirty = true};
+}
+
+bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out) {
+  run_node_t *x = k->top[cls];
+  if (x == NULL) return false;
+  k->top[cls] = x->next;
+  k->n[cls]--;
+  *out = cached_run(x);
+  k->pages -= out->pages;
+  x->dirty_ms = 0;
+  return true;
+}
+
+bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
+  bool left = false;
+  for (unsigned cls = 0; cls < RUN_CACHE_CLASSES; cls++) {
+    run_node_t **link = &k->top[cls]; /* newest first: the old ones are the stack's tail */
+    while (*link && now - (*link)->dirty_ms < age) link = &(*link)->next;
+    for (run_node_t *x = *link, *next; x; x = next) {
+      next = x->next;
+      run_t r = cached_run(x);
+      uint64_t t = x->dirty_ms;
+      k->n[cls]--;
+      k->pages -= r.pages;
+      run_free(r, true, t);
+    }
+    *link = NULL;
+    left |= k->top[cls] != NULL;
+  }
+  return left;
+}
+
+bool run_cached(run_t r) { return r.chunk->node[r.page].dirty_ms != 0; }
+
+void run_uncache(run_t r) { r.chunk->node[r.page].dirty_ms = 0; }
+
+/* ---- purging -------------------------------------------------------------------------- */
+
+bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out) {
+  run_node_t *x = h->dirty_head;
+  if (x == NULL || (now - x->dirty_ms < delay && h->dirty_pages <= keep)) return false;
+  run_chunk_t *c = x->chunk;
+  uint32_t s = (uint32_t)(x - c->node), n = c->len[s], lo = x->dlo, hi = x->dhi;
+  free_remove(c, s);
+  c->used += n;
+  *out = (run_t){.chunk = c, .page = s, .pages = n, .dirty = true, .dlo = lo, .dhi = hi};
+  return true;
+}
+
+uint64_t run_dirty_since(const run_heap_t *h) { return h->dirty_head ? h->dirty_head->dirty_ms : UINT64_MAX; }
+
+void run_dirty_by_age(const run_heap_t *h, uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]) {
+  for (size_t k = 0; k < n; k++) young[k] = 0;
+  for (const run_node_t *x = h->dirty_tail; x; x = x->dprev) {
+    size_t pages = x->dhi - x->dlo;
+    for (size_t k = 0; k < n; k++)
+      if (now - x->dirty_ms < age_ms[k]) young[k] += pages;
+  }
+}

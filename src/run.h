@@ -1,0 +1,152 @@
+/* Runs of pages: the free-space manager under the slab units of a region,
+ * the Large pool's pages and the huge arenas' units. Layer 1.
+ *
+ * A run heap owns chunks (a region, an arena); a chunk is cut into pages of
+ * one size (4 KiB, 64 KiB, 256 KiB) and every page belongs to one run, free
+ * or allocated. Free runs sit in bins by length (exact up to 64 pages, then
+ * eight bins per doubling), and a bitmap of the bins that are not empty finds
+ * the first that fits in a few instructions: no operation walks the chunks,
+ * so none costs more as the heap grows. A freed run merges with its free
+ * neighbours. A free run whose pages may be resident ("dirty") knows the
+ * stretch of it that may be, and a block placed in it covers as much of that
+ * stretch as it can; such runs also sit on a list oldest first, so that
+ * purging by age takes the due ones from its head.
+ *
+ * Not thread-safe: the owner of the run heap holds its lock around every
+ * call. */
+#ifndef HAKMEM_RUN_H
+#define HAKMEM_RUN_H
+
+#include "types.h"
+
+typedef struct run_chunk_s run_chunk_t;
+typedef struct run_heap_s run_heap_t;
+
+/* One per page; meaningful at the first page of a free run. */
+typedef struct run_node_s {
+  struct run_node_s *next, *prev;   /* the bin's list, most recently freed first */
+  struct run_node_s *dnext, *dprev; /* the heap's dirty list, oldest first */
+  uint64_t dirty_ms;                /* when it last became dirty; 0: clean (never touched, or purged) */
+  run_chunk_t *chunk;
+  uint32_t dlo, dhi;                /* dirty: its pages that may be resident lie in [dlo, dhi) */
+} run_node_t;
+
+struct run_chunk_s {
+  char *base;          /* page 0 */
+  uint32_t pages;      /* pages the chunk may hold */
+  uint32_t limit;      /* pages [0, limit) are managed; a chunk grows as its memory is mapped */
+  uint32_t used;       /* pages in allocated runs */
+  uint32_t *len;       /* at a run's first page (free or allocated): its length; 0 inside runs */
+  uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
+  uint64_t *free_bits; /* bit i: page i starts a free run */
+  run_node_t *node;    /* page i's node */
+  run_heap_t *heap;
+  run_chunk_t *next, *prev; /* the heap's chunks */
+};
+
+#define RUN_BINS 128 /* runs up to 16,384 pages */
+
+struct run_heap_s {
+  run_node_t *bin[RUN_BINS], *bin_tail[RUN_BINS]; /* dirty runs first, then clean ones */
+  uint64_t nonempty[RUN_BINS / 64];
+  run_node_t *dirty_head, *dirty_tail;
+  size_t dirty_pages; /* pages of dirty free runs */
+  size_t free_pages;  /* pages of free runs */
+  run_chunk_t *chunks;
+  unsigned page_shift;
+  bool counted; /* its dirty pages count in run_dirty_bytes */
+};
+
+/* Dirty free bytes of the counted run heaps (slab units, Large pages), and
+ * when they last grew: what the learner prices as memory held. */
+extern _Atomic size_t run_dirty_bytes;
+extern _Atomic uint64_t run_dirty_grew_ms;
+
+/* An allocated run. */
+typedef struct {
+  run_chunk_t *chunk;
+  uint32_t page, pages;
+  bool dirty;         /* some of its pages may be resident and hold old data */
+  uint32_t dlo, dhi;  /* run_purge_take: the stretch to purge */
+} run_t;
+
+/* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
+#define RUN_CHUNK_META_BYTES(pages) \
+  ((size_t)(pages) * (sizeof(run_node_t) + 2 * sizeof(uint32_t)) + ((size_t)(pages) + 63) / 64 * sizeof(uint64_t))
+hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_BYTES(pages); }
+
+void run_heap_init(run_heap_t *h, unsigned page_shift, bool counted);
+/* Adds chunk c, its metadata in mem (run_chunk_meta_bytes(pages) bytes, 8-byte
+ * aligned), its pages at base. Pages [0, limit) start as one free run, dirty
+ * since dirty_ms (0: clean, never touched or purged). */
+void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, uint32_t limit, void *mem,
+                   uint64_t dirty_ms);
+/* Manages pages [c->limit, limit) too (now mapped), as a clean free run. */
+void run_chunk_grow(run_chunk_t *c, uint32_t limit);
+/* Takes c, which holds no allocated run, out of its heap. */
+void run_chunk_remove(run_chunk_t *c);
+
+/* A run of n pages whose address is a multiple of align pages (a power of
+ * two); false when no free run fits. */
+bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out);
+/* Frees allocated run r (whole); dirty: its pages may be resident. Returns
+ * whether the chunk now holds no allocated run. */
+bool run_free(run_t r, bool dirty, uint64_t now);
+/* The same, of which only the first `dirty` pages may be resident. */
+bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now);
+/* Grows r in place to n pages by taking the free pages after it; false when
+ * too few follow. *dirty is set when any taken page was dirty. */
+bool run_grow(run_t *r, uint32_t n, bool *dirty);
+/* Shrinks r in place to n pages (0 < n <= r->pages), freeing the tail dirty. */
+void run_shrink(run_t *r, uint32_t n, uint64_t now);
+/* Calls fn for every run of c in address order: free, or allocated (ctx is
+ * fn's). Under the run heap's lock. */
+void run_chunk_walk(run_chunk_t *c, void (*fn)(void *ctx, run_t r, bool free), void *ctx);
+/* The allocated run that starts at page of c; {NULL} when none does. */
+run_t run_at(run_chunk_t *c, uint32_t page);
+
+hak_inline char *run_addr(run_t r) { return r.chunk->base + ((size_t)r.page << r.chunk->heap->page_shift); }
+hak_inline size_t run_bytes(run_t r) { return (size_t)r.pages << r.chunk->heap->page_shift; }
+/* The address and size of what run_purge_take's run may hold resident. */
+hak_inline char *run_dirty_addr(run_t r) { return r.chunk->base + ((size_t)r.dlo << r.chunk->heap->page_shift); }
+hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) << r.chunk->heap->page_shift; }
+
+/* ---- a cache of freed runs by size class ------------------------------------
+ * Freed runs of the same class kept whole, last in first out, before they
+ * merge into the free runs: the next block of the class takes the pages the
+ * last one freed (at the same place, so its first and last pages are the
+ * ones already resident), as a slab's free list does for smaller blocks. A
+ * cached run's first node holds the link and the time it was freed. */
+#define RUN_CACHE_CLASSES 24
+
+typedef struct {
+  run_node_t *top[RUN_CACHE_CLASSES];
+  uint32_t n[RUN_CACHE_CLASSES];
+  size_t pages; /* in all classes */
+} run_cache_t;
+
+/* Keeps allocated run r in class cls, freed at now, unless the class holds
+ * max_n runs or the cache max_pages pages already; false then. */
+bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages);
+/* The run freed last in class cls; false when none is kept. */
+bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out);
+/* Frees (dirty, since they were cached) the runs kept for age ms or more;
+ * returns whether any run stays cached. */
+bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age);
+/* Whether allocated run r sits in a cache (freed). */
+bool run_cached(run_t r);
+/* Marks a run just allocated as not cached. */
+void run_uncache(run_t r);
+
+/* Takes the oldest dirty free run if it is due (dirty at least delay ms, or
+ * more than keep dirty pages in the heap): it is taken out like an allocated
+ * run, so that nothing is placed on it or merged into it while its pages go
+ * back (run_dirty_addr, run_dirty_bytes_of); run_free(r, false, ...) returns
+ * it clean. False when none is due. */
+bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out);
+/* The age (ms) of the oldest dirty free run, or UINT64_MAX when none is. */
+uint64_t run_dirty_since(const run_heap_t *h);
+/* Dirty pages of runs dirty for less than age_ms[k], for k < n, into young[k]. */
+void run_dirty_by_age(const run_heap_t *h, uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]);
+
+#endif

@@ -1,0 +1,22 @@
+/* Size classes: 8 and 16 bytes, multiples of 16 up to 64, then four classes
+ * per doubling up to 32 KiB (internal waste at most 25 %). Every class from
+ * 16 bytes on is a multiple of 16, so every block of 16 bytes or more is
+ * 16-byte aligned. Classes up to 1 KiB are the Tiny pool, the rest the Mid
+ * pool. Layer 2. */
+#ifndef HAKMEM_SIZE_CLASS_H
+#define HAKMEM_SIZE_CLASS_H
+
+#include "types.h"
+
+extern const uint8_t hak_tiny_class[TINY_MAX / 8 + 1];
+extern const uint8_t hak_mid_class[SMALL_MAX / 128 + 1];
+extern const uint32_t hak_class_size[NUM_CLASSES];
+extern const uint8_t hak_class_units[NUM_CLASSES];
+
+/* The class of a size of at most SMALL_MAX. */
+hak_inline unsigned size_class(size_t size) {
+  if (likely(size <= TINY_MAX)) return hak_tiny_class[(size + 7) >> 3];
+  return hak_mid_class[(size + 127) >> 7];
+}
+
+#endif

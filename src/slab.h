@@ -1,0 +1,86 @@
+/* Slabs: a span of units holding blocks of one size class, with two free
+ * lists: `free`, which the owning heap allocates from and frees onto (last
+ * in, first out: the block freed last is the one still in the cache), and
+ * `remote`, an atomic list other threads push onto. Fresh blocks are carved
+ * from the bump range a batch at a time, so untouched pages stay untouched.
+ * Layer 2. */
+#ifndef HAKMEM_SLAB_H
+#define HAKMEM_SLAB_H
+
+#include "harden.h"
+#include "region.h"
+#include "types.h"
+
+/* Blocks carved at most at once. */
+#define CARVE_MAX_BLOCKS 2048
+
+/* The stack of a heap's slabs that received remote frees. It is the first
+ * field of the heap (heap.h), so that a remote free reaches it from the
+ * owner word alone. */
+typedef struct {
+  _Atomic(slab_t *) top;
+} slab_inbox_t;
+
+hak_inline uintptr_t slab_owner(const slab_t *s) { return atomic_load_explicit(&s->owner, memory_order_relaxed); }
+/* Whether heap h owns s with no flag set: free's owner test. */
+hak_inline bool slab_owned_by(const slab_t *s, const void *h) {
+#if HAK_ASM_EQ
+  return hak_asm_eq("q", s->owner, (uintptr_t)h);
+#else
+  return slab_owner(s) == (uintptr_t)h;
+#endif
+}
+/* The owning heap (the owner word without its flags). */
+hak_inline void *slab_heap(const slab_t *s) { return (void *)(slab_owner(s) & ~(uintptr_t)SLAB_F_MASK); }
+
+/* Whether p is the start of a block this slab has handed out. */
+hak_inline bool slab_is_block(const slab_t *s, const void *p) {
+  if (s->kind != SLAB_SMALL || slab_owner(s) == 0) return false;
+  char *start = slab_start(s);
+  if ((const char *)p < start) return false;
+  size_t off = (size_t)((const char *)p - start);
+  /* off < 512 KiB and bsize < 64 KiB keep the reciprocal exact */
+  uint64_t index = (off * s->recip) >> 48;
+  return index * s->bsize == off && (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
+}
+
+/* Pops b, the head of s->free, which block_take has taken. */
+hak_inline block_t *slab_pop_taken(slab_t *s, block_t *b) {
+  s->free = block_next_taken(s, b);
+  s->used++;
+  harden_on_alloc(s, b);
+  return b;
+}
+
+/* Makes span s a slab of class cls owned by `owner` (a heap; flags:
+ * SLAB_F_*); fresh: its pages were never touched (or were purged). */
+void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh);
+/* Makes s->free n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS) of those left
+ * (the caller checks that some are). The pages of a fresh slab's new blocks
+ * are faulted in at once, in one call, where they span two pages or more,
+ * or (populate) the class is hot. */
+void slab_carve(slab_t *s, size_t n, bool populate);
+/* Forgets every block: the slab reads as freshly made (its pages may have
+ * been returned). */
+void slab_reset(slab_t *s);
+/* Returns the pages of a sparse slab that hold no live block; the blocks
+ * on them leave the free list until slab_unpurge. Returns the bytes purged. */
+size_t slab_purge_sparse(slab_t *s);
+void slab_unpurge(slab_t *s);
+hak_inline bool slab_has_sparse(const slab_t *s) { return (s->sparse[0] | s->sparse[1]) != 0; }
+
+/* Another thread frees b (a block of s); returns the remote word after it. */
+uint64_t slab_free_remote(slab_t *s, block_t *b);
+/* Whether that word says every block of s came back while its owner had set
+ * it aside full (and so will not touch it but through its inbox). */
+bool slab_remote_full(const slab_t *s, uint64_t word);
+/* Marks such a slab wiped (every block free, the list dropped), if its word
+ * is still `word`: its pages may be returned, and its owner, which takes it
+ * back reset, first takes the heap's lock. */
+bool slab_wipe(slab_t *s, uint64_t word);
+/* Owner only, for a slab taken off its inbox: moves the remote list onto the
+ * free list and returns the blocks moved; a wiped slab is reset, all its
+ * blocks free (*wiped set). */
+size_t slab_collect_remote(slab_t *s, bool *wiped);
+
+#endif

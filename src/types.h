@@ -1,0 +1,78 @@
+/* The geometry and the types the layers share: blocks and the slab
+ * descriptor, which the region layer stores and the slab layer fills.
+ * Layer 0. */
+#ifndef HAKMEM_TYPES_H
+#define HAKMEM_TYPES_H
+
+#include "base.h"
+
+/* Regions: 4 MiB of address space aligned to their size, cut into 64 KiB
+ * units; unit 0 holds the region's header. */
+#define REGION_SHIFT 22
+#define REGION_SIZE ((size_t)1 << REGION_SHIFT)
+#define UNIT_SHIFT 16
+#define UNIT_SIZE ((size_t)1 << UNIT_SHIFT)
+#define REGION_UNITS (REGION_SIZE / UNIT_SIZE)
+#define ADDRESS_BITS 47 /* user space on x86-64 and aarch64 without a hint */
+
+#define SMALL_MAX 32768 /* Tiny (<= 1 KiB) and Mid (<= 32 KiB) classes */
+#define TINY_MAX 1024
+#define DIRECT_MAX 8192 /* malloc's fast path finds sizes up to this in one table, with one compare */
+#define LARGE_MAX (REGION_SIZE / 2) /* page runs; above this, Huge */
+#define NUM_CLASSES 41
+#define MIN_ALIGN 16 /* what malloc guarantees for blocks of 16 bytes and more */
+
+typedef struct block_s {
+  struct block_s *next;
+} block_t;
+
+/* Flags in the low bits of slab.owner; the heap's address sits above them.
+ * A set flag makes free's single owner comparison fail into the slow path. */
+enum {
+  SLAB_F_FULL = 1, /* off the heap's queue: re-linked by the next local free */
+  SLAB_F_SLOW = 2, /* every free takes the slow path (statistics) */
+  SLAB_F_MASK = 3,
+};
+
+enum slab_kind { SLAB_NONE = 0, SLAB_SMALL };
+
+struct heap_s;
+
+/* One descriptor per unit of a region. A slab spans one or more units; only
+ * the head descriptor is used, and every descriptor points to its head (a
+ * free unit's to itself), so that free finds the slab with one load. Three
+ * cache lines by who writes them: read-mostly fields every freeing thread
+ * reads, the owner's lists, and the list other threads push onto. */
+#define SLAB_MAX_PAGES 128 /* 4 KiB pages in a slab of 8 units */
+
+typedef struct slab_s {
+  /* read-mostly */
+  _Atomic uintptr_t owner;       /* heap address | SLAB_F_*; 0: no owner */
+  struct slab_s *head;           /* the slab's head descriptor */
+  uint32_t bsize;                /* block size */
+  uint32_t capacity;             /* blocks */
+  uint64_t recip;                /* ceil(2^48 / bsize): block index without a division */
+  uint64_t key;                  /* free-list link key (harden.h) */
+  char *end;                     /* end of the last whole block */
+  struct slab_s *next, *prev;    /* the heap's class queue, or its idle list */
+  uint64_t idle_ms;              /* idle: since when */
+  uint32_t full_gen;             /* full: the owner's collect count when it was set aside */
+  uint8_t cls;
+  uint8_t kind;
+  uint8_t units;
+  uint8_t queued;                /* in the heap's class queue */
+  uint8_t idle;                  /* empty and kept: its pages may be returned */
+  uint8_t purged;                /* idle, and its pages were returned */
+  uint8_t fresh;                 /* its pages beyond the bump were never touched */
+  /* the owner's */
+  _Alignas(64) block_t *free;    /* the owner allocates from and frees onto here */
+  uint32_t used;                 /* blocks handed out and not freed locally */
+  uint32_t sparse_seen;          /* used | SPARSE_SEEN when its pages were last looked at */
+  char *bump;                    /* first never-carved block (read by remote frees) */
+  uint64_t sparse[SLAB_MAX_PAGES / 64]; /* pages returned while sparse: their blocks are off the list */
+  /* other threads' */
+  _Alignas(64) _Atomic uint64_t remote; /* see slab_free_remote */
+  struct slab_s *remote_next;    /* the heap's stack of slabs with remote frees */
+} slab_t;
+
+#endif
