@@ -5,26 +5,21 @@
  * standard names, linked against libhakmem.so, which must override them.
  * Compile with -fno-builtin: the compiler must not fold malloc(SIZE_MAX) to
  * NULL or elide malloc/free pairs.
+ *
+ * usage: test_api [CASE]   (cases: the table at the end)
  */
 #include "testutil.h"
 
 #include <dlfcn.h>
-#include <errno.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 
 #ifndef USE_HAK_API
 /* C23 names: glibc 2.36 does not declare them; libhakmem may export them. */
 extern void free_sized(void *p, size_t size) __attribute__((weak));
 extern void free_aligned_sized(void *p, size_t alignment, size_t size) __attribute__((weak));
 #endif
-
-#define KiB ((size_t)1024)
-#define MiB ((size_t)1024 * 1024)
 
 /* Sizes across all pools: tiny, mid, large, huge. */
 static const size_t pool_sizes[] = {16, 100, 1000, 4000, 20000, 100000, 3 * MiB, 40 * MiB};
@@ -47,12 +42,6 @@ static bool all_zero(const void *p, size_t n)
   if (acc) return false;
   for (i += nw * 8; i < n; i++) if (b[i]) return false;
   return true;
-}
-
-static void check_pattern(void *p, size_t n, uint64_t id, int line)
-{
-  size_t bad = tu_verify(p, 0, n, id);
-  if (bad != (size_t)-1) tu_fail(__FILE__, line, "pattern intact", "block %p size %zu: byte %zu differs", p, n, bad);
 }
 
 /* ---- malloc / free basics ---- */
@@ -78,20 +67,34 @@ static void test_malloc_basic(void)
 
   A(free)(NULL); /* no-op */
 
-  /* Every size 1..2048 and a sweep of larger sizes: aligned to 16 (or to the
-   * largest power of two dividing the size for tiny sizes), usable >= size,
-   * writable, distinct. */
+  /* Every size 1..2048 and a sweep of larger sizes: aligned to 16, or below
+   * 16 bytes to the largest power of two not above the size (what an object
+   * of that size may need), usable >= size, writable, apart from the block
+   * of the size before (still live). */
+  void *prev = NULL;
+  size_t prev_n = 0, prev_us = 0;
   for (size_t n = 1; n <= 70000; n = n < 2048 ? n + 1 : n + n / 7) {
     void *p = tu_launder(A(malloc)(n));
     CHECKF(p != NULL, "malloc(%zu)", n);
-    size_t align = n >= 16 ? 16 : (n >= 8 ? 8 : 1); /* max_align_t for sizes that can hold it */
+    size_t align = 16;
+    while (align > n) align /= 2;
     CHECKF(((uintptr_t)p & (align - 1)) == 0, "malloc(%zu) = %p misaligned", n, p);
     size_t us = A(malloc_usable_size)(p);
     CHECKF(us >= n, "usable %zu < %zu", us, n);
+    CHECKF(prev == NULL || (char *)p >= (char *)prev + prev_us || (char *)p + us <= (char *)prev,
+           "malloc(%zu) = %p (usable %zu) overlaps the live malloc(%zu) = %p (usable %zu)", n, p, us, prev_n, prev,
+           prev_us);
     tu_fill(p, 0, us, n);
-    check_pattern(p, us, n, __LINE__);
-    A(free)(p);
+    CHECK_PAT(p, us, n);
+    if (prev != NULL) {
+      CHECK_PAT(prev, prev_us, prev_n);
+      A(free)(prev);
+    }
+    prev = p;
+    prev_n = n;
+    prev_us = us;
   }
+  A(free)(prev);
   CHECK(A(malloc_usable_size)(NULL) == 0);
 }
 
@@ -164,10 +167,10 @@ static void test_reallocarray(void)
   void *volatile pv = p; /* hides p from -Wuse-after-free: a failed call keeps it */
   CHECK(tu_launder(A(reallocarray)(pv, v_size_max / 2, 3)) == NULL);
   CHECK(errno == ENOMEM);
-  check_pattern(p, 64, 77, __LINE__);
+  CHECK_PAT(p, 64, 77);
   unsigned char *q = tu_launder(A(reallocarray)(p, 100, 50));
   CHECK(q != NULL);
-  check_pattern(q, 64, 77, __LINE__);
+  CHECK_PAT(q, 64, 77);
   CHECK(A(malloc_usable_size)(q) >= 5000);
   A(free)(q);
   q = tu_launder(A(reallocarray)(NULL, 10, 10));
@@ -198,7 +201,7 @@ static void check_aligned_block(const char *fn, void *p, size_t align, size_t si
   CHECK(hak_owns(p));
   uint64_t id = align * 31 + size;
   tu_fill(p, 0, size, id);
-  check_pattern(p, size, id, __LINE__);
+  CHECK_PAT(p, size, id);
 }
 
 static void test_aligned(void)
@@ -230,7 +233,6 @@ static void test_aligned(void)
     const size_t sizes[] = {1, align - 1, align, align + 1, 3 * align, 100000};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
       size_t size = sizes[k];
-      if (size == 0) continue;
       void *p = NULL;
       int r = A(posix_memalign)(&p, align, size);
       CHECKF(r == 0, "posix_memalign(%zu, %zu) returned %d", align, size, r);
@@ -239,13 +241,13 @@ static void test_aligned(void)
       check_aligned_block("aligned_alloc", q, align, size);
       void *m = tu_launder(A(memalign)(align, size));
       check_aligned_block("memalign", m, align, size);
-      check_pattern(p, size, align * 31 + size, __LINE__);
+      CHECK_PAT(p, size, align * 31 + size);
       A(free)(p);
       A(free)(m);
       /* realloc keeps the content of an aligned block. */
       void *g = tu_launder(A(realloc)(q, size * 2 + 100));
       CHECK(g != NULL);
-      check_pattern(g, size, align * 31 + size, __LINE__);
+      CHECK_PAT(g, size, align * 31 + size);
       A(free)(g);
     }
     /* Several live at once, to catch overlap. */
@@ -257,7 +259,7 @@ static void test_aligned(void)
       CHECK(((uintptr_t)v[i] & (align - 1)) == 0);
       tu_fill(v[i], 0, sz, (uint64_t)i * 1000 + align);
     }
-    for (int i = 0; i < N; i++) check_pattern(v[i], sz, (uint64_t)i * 1000 + align, __LINE__);
+    for (int i = 0; i < N; i++) CHECK_PAT(v[i], sz, (uint64_t)i * 1000 + align);
     for (int i = 0; i < N; i++) A(free)(v[i]);
   }
 
@@ -286,6 +288,14 @@ static void test_aligned(void)
 
 /* ---- realloc ---- */
 
+/* The pool a size falls in: tiny (up to 1 KiB), mid (32 KiB), large (2 MiB),
+ * huge. */
+enum { NPOOLS = 4 };
+static int pool_of(size_t size)
+{
+  return size <= KiB ? 0 : size <= 32 * KiB ? 1 : size <= 2 * MiB ? 2 : 3;
+}
+
 static void test_realloc(void)
 {
   /* realloc(NULL, n) acts as malloc. */
@@ -293,10 +303,6 @@ static void test_realloc(void)
   CHECK(p != NULL);
   CHECK(A(malloc_usable_size)(p) >= 100);
   A(free)(p);
-  /* realloc(p, 0): frees; NULL (glibc) or a unique pointer. */
-  p = tu_launder(A(malloc)(100));
-  void *z = tu_launder(A(realloc)(p, 0));
-  if (z != NULL) A(free)(z);
   /* Overflowing size: NULL, ENOMEM, original untouched. */
   p = tu_launder(A(malloc)(100));
   tu_fill(p, 0, 100, 5);
@@ -307,16 +313,17 @@ static void test_realloc(void)
   errno = 0;
   CHECK(tu_launder(A(realloc)(pv, v_ptrdiff_max1)) == NULL);
   CHECK(errno == ENOMEM);
-  check_pattern(p, 100, 5, __LINE__);
+  CHECK_PAT(p, 100, 5);
   A(free)(p);
 
-  /* Grow 1 B -> 8 MiB across every class boundary, then shrink back. */
+  /* Grow 1 B -> 8 MiB across every class boundary, then shrink back: steps
+   * of about a tenth, several in each pool both ways. */
   const uint64_t id = 0xC0FFEE;
   size_t size = 1;
   unsigned char *b = tu_launder(A(malloc)(size));
   CHECK(b != NULL);
   tu_fill(b, 0, size, id);
-  int steps = 0;
+  int steps[2][NPOOLS] = {{0}};
   while (size < 8 * MiB) {
     size_t ns = size + size / 10 + 1;
     if (ns > 8 * MiB) ns = 8 * MiB;
@@ -328,11 +335,10 @@ static void test_realloc(void)
     tu_fill(nb, size, ns, id);
     b = nb;
     size = ns;
-    steps++;
+    steps[0][pool_of(size)]++;
   }
   while (size > 1) {
     size_t ns = size - size / 11 - 1;
-    if (ns < 1) ns = 1;
     unsigned char *nb = tu_launder(A(realloc)(b, ns));
     CHECKF(nb != NULL, "realloc(%zu -> %zu)", size, ns);
     size_t bad = tu_verify(nb, 0, ns, id);
@@ -340,9 +346,13 @@ static void test_realloc(void)
     CHECK(A(malloc_usable_size)(nb) >= ns);
     b = nb;
     size = ns;
-    steps++;
+    steps[1][pool_of(size)]++;
   }
   A(free)(b);
+  for (int way = 0; way < 2; way++)
+    for (int k = 0; k < NPOOLS; k++)
+      CHECKF(steps[way][k] >= 5, "%s: %d steps in pool %d (tiny, mid, large, huge)", way ? "shrink" : "grow",
+             steps[way][k], k);
 
   /* Between every pair of pool sizes, both ways, with other blocks around. */
   for (size_t i = 0; i < NPOOL; i++)
@@ -354,89 +364,85 @@ static void test_realloc(void)
       tu_fill(x, 0, a, a ^ c);
       void *y = tu_launder(A(realloc)(x, c));
       CHECK(y != NULL);
-      check_pattern(y, a < c ? a : c, a ^ c, __LINE__);
+      CHECK_PAT(y, a < c ? a : c, a ^ c);
       CHECK(A(malloc_usable_size)(y) >= c);
       memset(y, 0x33, c);
       A(free)(y);
     }
 }
 
-/* ---- free_sized / free_aligned_sized ---- */
+/* ---- calls that free: realloc(p, 0), free_sized, free_aligned_sized ---- */
+
+#ifdef USE_HAK_API
+#define FREE_SIZED hak_free_sized
+#define FREE_ALIGNED_SIZED hak_free_aligned_sized
+#else
+/* Not exported: free stands in (and the cases say so). */
+#define FREE_SIZED(p, s) (free_sized ? free_sized(p, s) : free(p))
+#define FREE_ALIGNED_SIZED(p, a, s) (free_aligned_sized ? free_aligned_sized(p, a, s) : free(p))
+#endif
+
+typedef void release_fn(void *p, size_t size, size_t align);
+
+/* Allocates size bytes (aligned to align; 0: malloc), has release() free
+ * them, and checks that the block really was freed: a block of a slab
+ * (test_memory reuse's sizes) is the next one of its size handed out (the
+ * block freed last goes out first); a large or huge block's bytes leave
+ * mallinfo2's bytes in use. */
+static void check_released(const char *how, release_fn *release, size_t size, size_t align)
+{
+  void *p = tu_launder(align ? A(aligned_alloc)(align, size) : A(malloc)(size));
+  CHECKF(p != NULL, "%s: allocation of %zu", how, size);
+  memset(p, 1, size);
+  uintptr_t was = (uintptr_t)p;
+  size_t in_use = A(mallinfo2)().uordblks;
+  release(p, size, align);
+  if (size <= 20000) {
+    void *q = tu_launder(align ? A(aligned_alloc)(align, size) : A(malloc)(size));
+    CHECKF((uintptr_t)q == was, "%s of %zu B at %#lx: the next block of that size came at %p, not there", how, size,
+           (unsigned long)was, q);
+    A(free)(q);
+  } else {
+    size_t now = A(mallinfo2)().uordblks;
+    CHECKF(now + size <= in_use, "%s of %zu B: bytes in use %zu -> %zu", how, size, in_use, now);
+  }
+}
+
+static void release_realloc0(void *p, size_t size, size_t align)
+{
+  void *z = tu_launder(A(realloc)(p, 0));
+  CHECKF(z == NULL, "realloc(p, 0) of %zu B returned %p, not NULL", size, z);
+}
+static void release_free_sized(void *p, size_t size, size_t align) { FREE_SIZED(p, size); }
+static void release_free_aligned_sized(void *p, size_t size, size_t align) { FREE_ALIGNED_SIZED(p, align, size); }
+
+/* realloc(p, 0): frees p, returns NULL (README: as glibc). */
+static void test_realloc_zero(void)
+{
+  for (size_t k = 0; k < NPOOL; k++) check_released("realloc(p, 0)", release_realloc0, pool_sizes[k], 0);
+}
 
 static void test_free_sized(void)
 {
   for (size_t k = 0; k < NPOOL; k++) {
     size_t s = pool_sizes[k];
-    void *p = tu_launder(A(malloc)(s));
-    CHECK(p != NULL);
-    memset(p, 1, s);
-#ifdef USE_HAK_API
-    hak_free_sized(p, s);
-#else
-    if (free_sized) free_sized(p, s); else A(free)(p);
-#endif
-    size_t al = s >= 100000 ? 4096 : 64;
-    void *q = tu_launder(A(aligned_alloc)(al, s));
-    CHECK(q != NULL);
-    memset(q, 2, s);
-#ifdef USE_HAK_API
-    hak_free_aligned_sized(q, al, s);
-#else
-    if (free_aligned_sized) free_aligned_sized(q, al, s); else A(free)(q);
-#endif
+    check_released("free_sized", release_free_sized, s, 0);
+    check_released("free_aligned_sized", release_free_aligned_sized, s, s >= 100000 ? 4096 : 64);
   }
   /* NULL is a no-op. */
-#ifdef USE_HAK_API
-  hak_free_sized(NULL, 0);
-  hak_free_aligned_sized(NULL, 64, 0);
-#else
-  if (free_sized) free_sized(NULL, 0);
-  if (free_aligned_sized) free_aligned_sized(NULL, 64, 0);
+  FREE_SIZED(NULL, 0);
+  FREE_ALIGNED_SIZED(NULL, 64, 0);
+#ifndef USE_HAK_API
   if (!free_sized || !free_aligned_sized)
-    printf("note: free_sized/free_aligned_sized not exported under the standard names\n");
+    printf("note: free_sized/free_aligned_sized not exported under the standard names: free checked instead\n");
 #endif
 }
 
 /* ---- glibc extras ---- */
 
-/* Runs fn in a child with stderr on a pipe; returns what it wrote, and its
- * wait status in *status. */
-static char *run_captured(void (*fn)(void *), void *arg, int *status)
+/* malloc_trim keeps live blocks intact. */
+static void test_trim(void)
 {
-  int pfd[2];
-  CHECK(pipe(pfd) == 0);
-  fflush(stdout);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    close(pfd[0]);
-    dup2(pfd[1], 2);
-    close(pfd[1]);
-    alarm(60);
-    fn(arg);
-    _exit(0);
-  }
-  close(pfd[1]);
-  static char buf[65536];
-  size_t n = 0;
-  for (;;) {
-    ssize_t r = read(pfd[0], buf + n, sizeof buf - 1 - n);
-    if (r <= 0) break;
-    n += (size_t)r;
-    if (n == sizeof buf - 1) break;
-  }
-  buf[n] = 0;
-  close(pfd[0]);
-  CHECK(waitpid(pid, status, 0) == pid);
-  return buf;
-}
-
-static void child_malloc_stats(void *arg) { (void)arg; A(malloc_stats)(); }
-static void child_stats_print(void *arg) { (void)arg; void *p = A(malloc)(100); hak_stats_print(2); A(free)(p); }
-
-static void test_extras(void)
-{
-  /* malloc_trim keeps live blocks intact. */
   enum { N = 200 };
   void *v[N];
   size_t sz[N];
@@ -451,26 +457,56 @@ static void test_extras(void)
   CHECKF(t == 0 || t == 1, "malloc_trim returned %d", t);
   t = A(malloc_trim)(1 << 20);
   CHECKF(t == 0 || t == 1, "malloc_trim returned %d", t);
-  for (int i = 1; i < N; i += 2) check_pattern(v[i], sz[i], (uint64_t)i, __LINE__);
+  for (int i = 1; i < N; i += 2) CHECK_PAT(v[i], sz[i], (uint64_t)i);
   for (int i = 0; i < N; i += 2) {
     v[i] = tu_launder(A(malloc)(sz[i]));
     CHECK(v[i] != NULL);
     tu_fill(v[i], 0, sz[i], (uint64_t)i);
   }
-  for (int i = 0; i < N; i++) { check_pattern(v[i], sz[i], (uint64_t)i, __LINE__); A(free)(v[i]); }
+  for (int i = 0; i < N; i++) { CHECK_PAT(v[i], sz[i], (uint64_t)i); A(free)(v[i]); }
+}
 
-  /* mallopt: known parameters are accepted. */
-  CHECK(A(mallopt)(M_ARENA_MAX, 8) == 1);
-  CHECK(A(mallopt)(M_MMAP_THRESHOLD, 256 * 1024) == 1);
-  CHECK(A(mallopt)(M_TRIM_THRESHOLD, 256 * 1024) == 1);
-  CHECK(A(mallopt)(M_TOP_PAD, 0) == 1);
-  CHECK(A(mallopt)(M_ARENA_TEST, 8) == 1);
-  (void)A(mallopt)(12345, 1); /* unknown: any answer, no crash */
-  void *after = tu_launder(A(malloc)(1000));
-  CHECK(after != NULL);
-  A(free)(after);
+/* mallopt: 1 for glibc's documented parameters, 0 for any other; the
+ * allocator works on after each call. */
+_Static_assert(M_MXFAST == 1 && M_TRIM_THRESHOLD == -1 && M_TOP_PAD == -2 && M_MMAP_THRESHOLD == -3 &&
+               M_MMAP_MAX == -4 && M_CHECK_ACTION == -5 && M_PERTURB == -6 && M_ARENA_TEST == -7 &&
+               M_ARENA_MAX == -8, "glibc's mallopt parameter numbers");
 
-  /* mallinfo2: in-use bytes follow 10 MiB of live blocks. */
+static void test_mallopt(void)
+{
+  static const struct { int param, value; const char *name; } known[] = {
+    {M_MXFAST, 64, "M_MXFAST"},          {M_TRIM_THRESHOLD, 256 * 1024, "M_TRIM_THRESHOLD"},
+    {M_TOP_PAD, 0, "M_TOP_PAD"},         {M_MMAP_THRESHOLD, 256 * 1024, "M_MMAP_THRESHOLD"},
+    {M_MMAP_MAX, 65536, "M_MMAP_MAX"},   {M_CHECK_ACTION, 3, "M_CHECK_ACTION"},
+    {M_PERTURB, 0, "M_PERTURB"},         {M_ARENA_TEST, 8, "M_ARENA_TEST"},
+    {M_ARENA_MAX, 8, "M_ARENA_MAX"},
+  };
+  /* 2 .. 4: SVID's M_NLBLKS, M_GRAIN, M_KEEP, which glibc does not document */
+  static const int unknown[] = {0, 2, 3, 4, 5, -9, -100, 12345, INT_MIN, INT_MAX};
+  for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+    int r = A(mallopt)(known[i].param, known[i].value);
+    CHECKF(r == 1, "mallopt(%s, %d) returned %d", known[i].name, known[i].value, r);
+    void *p = tu_launder(A(malloc)(1000));
+    CHECK(p != NULL);
+    A(free)(p);
+  }
+  for (size_t i = 0; i < sizeof unknown / sizeof *unknown; i++) {
+    int r = A(mallopt)(unknown[i], 1);
+#ifdef HAKMEM_TEST_MALLOPT_STRICT
+    CHECKF(r == 0, "mallopt(%d, 1), not a parameter glibc documents, returned %d", unknown[i], r);
+#else
+    (void)r; /* the stub of today accepts every parameter */
+#endif
+    void *p = tu_launder(A(malloc)(1000));
+    CHECK(p != NULL);
+    A(free)(p);
+  }
+}
+
+/* mallinfo2: in-use bytes follow 10 MiB of live blocks; mallinfo gives the
+ * same figures. */
+static void test_mallinfo(void)
+{
   struct mallinfo2 m0 = A(mallinfo2)();
   enum { NB = 10240 };
   void **blk = tu_launder(A(malloc)(NB * sizeof(void *)));
@@ -494,14 +530,21 @@ static void test_extras(void)
          "mallinfo uordblks %d, mallinfo2 %zu", m3.uordblks, m4.uordblks);
   CHECKF((size_t)m3.arena == (m4.arena > INT_MAX ? INT_MAX : m4.arena), "mallinfo arena %d, mallinfo2 %zu", m3.arena,
          m4.arena);
+}
 
-  /* malloc_stats writes to stderr; hak_stats_print writes its report to fd. */
-  int st;
-  char *out = run_captured(child_malloc_stats, NULL, &st);
-  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "malloc_stats child status %#x", st);
+static void child_malloc_stats(void *arg) { A(malloc_stats)(); }
+static void child_stats_print(void *arg) { void *p = A(malloc)(100); hak_stats_print(2); A(free)(p); }
+
+/* malloc_stats writes to stderr; hak_stats_print writes its report to fd. */
+static void test_stats(void)
+{
+  static char out[65536];
+  char why[64];
+  int st = tu_child_output(child_malloc_stats, NULL, 60, out, sizeof out);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "malloc_stats child: %s", tu_status_str(st, why, sizeof why));
   CHECKF(strlen(out) > 0, "malloc_stats printed nothing on stderr");
-  out = run_captured(child_stats_print, NULL, &st);
-  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hak_stats_print child status %#x", st);
+  st = tu_child_output(child_stats_print, NULL, 60, out, sizeof out);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "hak_stats_print child: %s", tu_status_str(st, why, sizeof why));
   CHECKF(strstr(out, "hakmem") != NULL, "hak_stats_print output lacks \"hakmem\": %.200s", out);
 }
 
@@ -602,7 +645,7 @@ static void child_foreign(void *arg)
   }
   size_t bad = tu_verify(target, 0, len, 0xF00D);
   CHECKF(bad == (size_t)-1, "foreign memory written at byte %zu", bad);
-  check_pattern(own, 100, 1, __LINE__);
+  CHECK_PAT(own, 100, 1);
   A(free)(own);
   void *more = tu_launder(A(malloc)(100));
   CHECK(more != NULL);
@@ -626,7 +669,7 @@ static int count_lines_with(const char *s, const char *word)
   return n;
 }
 
-static void test_owns_and_foreign(void)
+static void test_owns(void)
 {
   void *p = tu_launder(A(malloc)(100));
   void *big = tu_launder(A(malloc)(5 * MiB));
@@ -651,35 +694,47 @@ static void test_owns_and_foreign(void)
   A(free)(p);
   A(free)(big);
   A(free)(al);
+}
 
+/* Each bad call five times in a child: one line on stderr, nothing written
+ * through the pointer, the heap unharmed. */
+static void test_foreign(void)
+{
+  static char out[65536];
+  char why[64];
   for (int kind = FOREIGN_STACK; kind <= REALLOC_MMAP; kind++) {
     if (kind == FOREIGN_LIBC && !libc_malloc) continue;
-    int st;
-    char *out = run_captured(child_foreign, (void *)(intptr_t)kind, &st);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s x5: child died (status %#x); stderr: %.300s",
-           foreign_name[kind], st, out);
+    int st = tu_child_output(child_foreign, (void *)(intptr_t)kind, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s x5: child ended with %s; stderr: %.300s", foreign_name[kind],
+           tu_status_str(st, why, sizeof why), out);
     int n = count_lines_with(out, "hakmem");
     CHECKF(n == 1, "%s x5: expected exactly one line with \"hakmem\" on stderr, got %d: %.300s",
            foreign_name[kind], n, out);
   }
 }
 
-int main(void)
+static const tu_case_t cases[] = {
+  {"malloc", test_malloc_basic, 0},
+  {"calloc", test_calloc, 0},
+  {"reallocarray", test_reallocarray, 0},
+  {"aligned", test_aligned, 0},
+  {"realloc", test_realloc, 0},
+  {"realloc_zero", test_realloc_zero, 0},
+  {"free_sized", test_free_sized, 0},
+  {"trim", test_trim, 0},
+  {"mallopt", test_mallopt, 0},
+  {"mallinfo", test_mallinfo, 0},
+  {"stats", test_stats, 0},
+#ifndef USE_HAK_API
+  {"libc_names", test_libc_names, 0},
+#endif
+  {"owns", test_owns, 0},
+  {"foreign", test_foreign, 0},
+};
+
+int main(int argc, char **argv)
 {
   pagesz = (size_t)sysconf(_SC_PAGESIZE);
   find_libc();
-  double t0 = tu_now();
-  test_malloc_basic();
-  test_calloc();
-  test_reallocarray();
-  test_aligned();
-  test_realloc();
-  test_free_sized();
-  test_extras();
-#ifndef USE_HAK_API
-  test_libc_names();
-#endif
-  test_owns_and_foreign();
-  printf("test_api (%s): all checks passed in %.2f s\n", API_NAME, tu_now() - t0);
-  return 0;
+  return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "");
 }

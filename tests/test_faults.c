@@ -24,59 +24,20 @@
  *   freed and one 96 MiB block must be obtainable (caches give memory back
  *   under pressure).
  *
- * Usage: test_faults [fork|oom|all] [forks]
+ * Blocks carry a pattern over the whole block up to 64 KiB, else over the
+ * first and last 4 KiB and one word in every 4 KiB page.
+ *
+ * Usage: test_faults [oom|fork|all] [forks]
  * Calls the hak_ API when compiled with -DUSE_HAK_API, else the standard names.
  */
+#define TU_BLK_FULL (64 * 1024)
+#define TU_BLK_SAMPLES 0
 #include "testutil.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-
-#define KiB ((size_t)1024)
-#define MiB ((size_t)1024 * 1024)
-
-/* ---------------------------------------------------------------------- */
-/* Block helpers: pattern over the whole block up to 64 KiB, else the first
- * and last 4 KiB and one word per 4 KiB page. */
-
-typedef struct {
-  void *p;
-  size_t size;
-  uint64_t id;
-} blk_t;
-
-#define FULL (64 * KiB)
-
-static void blk_fill(const blk_t *b)
-{
-  if (b->size <= FULL) { tu_fill(b->p, 0, b->size, b->id); return; }
-  tu_fill(b->p, 0, 4 * KiB, b->id);
-  tu_fill(b->p, b->size - 4 * KiB, b->size, b->id);
-  uint64_t *w = b->p;
-  for (size_t o = 4 * KiB; o + 8 <= b->size - 4 * KiB; o += 4 * KiB) w[o / 8] = tu_pat(b->id, o / 8);
-}
-
-static void blk_check(const blk_t *b, const char *when)
-{
-  size_t bad;
-  if (b->size <= FULL) {
-    bad = tu_verify(b->p, 0, b->size, b->id);
-  } else {
-    bad = tu_verify(b->p, 0, 4 * KiB, b->id);
-    if (bad == (size_t)-1) bad = tu_verify(b->p, b->size - 4 * KiB, b->size, b->id);
-    const uint64_t *w = b->p;
-    for (size_t o = 4 * KiB; bad == (size_t)-1 && o + 8 <= b->size - 4 * KiB; o += 4 * KiB)
-      if (w[o / 8] != tu_pat(b->id, o / 8)) bad = o;
-  }
-  CHECKF(bad == (size_t)-1, "%s: block %p (id %llu, size %zu) corrupted at byte %zu", when, b->p,
-         (unsigned long long)b->id, b->size, bad);
-}
 
 /* ---------------------------------------------------------------------- */
 /* fork under load */
@@ -122,7 +83,7 @@ static void *worker(void *arg)
     blk_t *s = &slots[tu_xorshift(&rng) % WSLOTS];
     unsigned op = (unsigned)(tu_xorshift(&rng) % 16);
     if (s->p != NULL) {
-      blk_check(s, "worker");
+      CHECK_BLK(s, "worker");
       if (op == 0) {
         /* hand off: envelope (a heap block itself) through the exchange */
         blk_t *env = A(malloc)(sizeof *env);
@@ -131,36 +92,22 @@ static void *worker(void *arg)
         s->p = NULL;
         blk_t *got = atomic_exchange(&exch[tu_xorshift(&rng) % NEXCH], env);
         if (got != NULL) {
-          blk_check(got, "adopted");
-          A(free)(got->p);
+          blk_free(got, "adopted");
           A(free)(got);
         }
       } else if (op < 3) {
-        size_t ns = worker_size(&rng);
-        void *q = A(realloc)(s->p, ns);
-        CHECKF(q != NULL, "realloc(%zu) failed", ns);
-        size_t keep = ns < s->size ? ns : s->size;
-        /* what blk_fill wrote for the old size, within the new size */
-        size_t lim = s->size <= FULL ? keep : (keep < 4 * KiB ? keep : 4 * KiB);
-        CHECKF(tu_verify(q, 0, lim, s->id) == (size_t)-1, "realloc %zu -> %zu lost content", s->size, ns);
-        s->p = q;
-        s->size = ns;
-        blk_fill(s);
+        blk_realloc(s, worker_size(&rng));
       } else {
         A(free)(s->p);
         s->p = NULL;
       }
     } else {
-      s->size = worker_size(&rng);
-      s->id = atomic_fetch_add(&next_id, 1);
-      s->p = A(malloc)(s->size);
-      CHECKF(s->p != NULL, "malloc(%zu) failed", s->size);
-      blk_fill(s);
+      blk_alloc(s, worker_size(&rng), atomic_fetch_add(&next_id, 1));
     }
     if ((++ops & 63) == 0) atomic_fetch_add_explicit(&worker_progress, 1, memory_order_relaxed);
   }
   for (int i = 0; i < WSLOTS; i++)
-    if (slots[i].p != NULL) { blk_check(&slots[i], "worker end"); A(free)(slots[i].p); }
+    if (slots[i].p != NULL) blk_free(&slots[i], "worker end");
   atomic_fetch_add(&worker_ops, ops);
   return NULL;
 }
@@ -171,26 +118,20 @@ static void *child_thread(void *arg)
 {
   blk_t *b = arg;
   for (int i = 0; i < 200; i++) {
-    blk_check(&b[i], "child thread: remote block");
-    A(free)(b[i].p);
-    blk_t own = { NULL, pool_sizes[i % 4] + 8, 8000000ull + (uint64_t)i };
-    own.p = A(malloc)(own.size);
-    CHECK(own.p != NULL);
-    blk_fill(&own);
-    blk_check(&own, "child thread");
-    A(free)(own.p);
+    blk_free(&b[i], "child thread: remote block");
+    blk_t own;
+    blk_alloc(&own, pool_sizes[i % 4] + 8, 8000000ull + (uint64_t)i);
+    blk_free(&own, "child thread");
   }
   return NULL;
 }
 
-static void child_work(blk_t *inherited)
+/* In the child (under alarm(10)). */
+static void child_work(void *arg)
 {
-  alarm(10);
+  blk_t *inherited = arg;
   /* Blocks the parent's main thread allocated just before fork. */
-  for (int k = 0; k < 4; k++) {
-    blk_check(&inherited[k], "child: inherited");
-    A(free)(inherited[k].p);
-  }
+  for (int k = 0; k < 4; k++) blk_free(&inherited[k], "child: inherited");
   enum { N = 200 };
   static blk_t b[4][N];
   for (int round = 0; round < 2; round++) {
@@ -206,29 +147,20 @@ static void child_work(blk_t *inherited)
     }
     for (int k = 0; k < 4; k++) {
       int n = k == 3 ? 8 : N;
-      for (int i = 0; i < n; i++) {
-        blk_check(&b[k][i], "child");
-        A(free)(b[k][i].p);
-      }
+      for (int i = 0; i < n; i++) blk_free(&b[k][i], "child");
     }
   }
   /* A thread in the child must work too, and free what the child's main
    * thread allocated (remote frees in the child). */
   pthread_t th;
-  for (int i = 0; i < N; i++) {
-    b[0][i].size = 16 + (size_t)i * 40;
-    b[0][i].id = 9000000ull + (uint64_t)i;
-    b[0][i].p = A(malloc)(b[0][i].size);
-    CHECK(b[0][i].p != NULL);
-    blk_fill(&b[0][i]);
-  }
+  for (int i = 0; i < N; i++) blk_alloc(&b[0][i], 16 + (size_t)i * 40, 9000000ull + (uint64_t)i);
   CHECK(pthread_create(&th, NULL, child_thread, b[0]) == 0);
   CHECK(pthread_join(th, NULL) == 0);
-  _exit(0);
 }
 
-static void test_fork(int nforks)
+static void test_fork(void)
 {
+  int nforks = (int)tu_param(0, 100);
   double t0 = tu_now();
   pthread_t th[NWORKERS];
   for (int i = 0; i < NWORKERS; i++) CHECK(pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1)) == 0);
@@ -236,71 +168,40 @@ static void test_fork(int nforks)
   struct timespec ts = { 0, 20 * 1000 * 1000 };
   nanosleep(&ts, NULL);
 
-  int ok = 0;
   for (int f = 0; f < nforks; f++) {
     /* the workers are back at work before the next fork */
     for (long p0 = atomic_load(&worker_progress); atomic_load(&worker_progress) < p0 + NWORKERS;) sched_yield();
     blk_t pre[4];
-    for (int k = 0; k < 4; k++) {
-      pre[k].size = pool_sizes[k] + 24;
-      pre[k].id = 5000000ull + (uint64_t)f * 4 + (uint64_t)k;
-      pre[k].p = A(malloc)(pre[k].size);
-      CHECK(pre[k].p != NULL);
-      blk_fill(&pre[k]);
-    }
-    pid_t pid = fork();
-    CHECKF(pid >= 0, "fork failed: errno %d", errno);
-    if (pid == 0) child_work(pre);
+    for (int k = 0; k < 4; k++) blk_alloc(&pre[k], pool_sizes[k] + 24, 5000000ull + (uint64_t)f * 4 + (uint64_t)k);
+    pid_t pid = tu_spawn(child_work, pre, 10, NULL);
     atomic_store(&pause_workers, 1);
-    int st = 0;
-    pid_t w;
-    do w = waitpid(pid, &st, 0); while (w < 0 && errno == EINTR);
+    int st = tu_wait(pid);
     atomic_store(&pause_workers, 0);
-    CHECK(w == pid);
-    CHECKF(!(WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM),
-           "fork %d: child deadlocked (killed by alarm after 10 s)", f);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork %d: child failed (status %#x%s%d)", f, st,
-           WIFSIGNALED(st) ? ", signal " : ", exit ", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-    for (int k = 0; k < 4; k++) {
-      blk_check(&pre[k], "parent after fork");
-      A(free)(pre[k].p);
-    }
-    ok++;
+    char why[64];
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork %d: child ended with %s (alarm: killed after 10 s)", f,
+           tu_status_str(st, why, sizeof why));
+    for (int k = 0; k < 4; k++) blk_free(&pre[k], "parent after fork");
   }
   atomic_store(&stop_workers, 1);
   for (int i = 0; i < NWORKERS; i++) CHECK(pthread_join(th[i], NULL) == 0);
   for (int i = 0; i < NEXCH; i++) {
     blk_t *e = atomic_exchange(&exch[i], NULL);
-    if (e != NULL) { blk_check(e, "exchange drain"); A(free)(e->p); A(free)(e); }
+    if (e != NULL) { blk_free(e, "exchange drain"); A(free)(e); }
   }
-  printf("test_faults (%s): fork: %d/%d children OK while %d threads allocated (%ld ops), %.2f s\n", API_NAME, ok,
+  printf("test_faults (%s): fork: %d children exited 0 while %d threads allocated (%ld ops), %.2f s\n", API_NAME,
          nforks, NWORKERS, atomic_load(&worker_ops), tu_now() - t0);
-  fflush(stdout);
 }
 
 /* ---------------------------------------------------------------------- */
 /* out of memory */
 
-static size_t vm_size(void)
-{
-  char buf[128];
-  FILE *f = fopen("/proc/self/statm", "r");
-  CHECK(f != NULL);
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  unsigned long size = 0;
-  CHECK(sscanf(buf, "%lu", &size) == 1);
-  return (size_t)size * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 #define OOM_MAX_BLOCKS (4u << 20)
 static const size_t oom_sizes[] = { 16, 200, 4 * KiB, 20 * KiB, 100 * KiB, 1 * MiB, 4 * MiB, 32 * MiB };
 #define NOOM (sizeof oom_sizes / sizeof oom_sizes[0])
 
-static void oom_child(void)
+/* In the child (under alarm(120)). */
+static void oom_child(void *arg)
 {
-  alarm(120);
   /* Bookkeeping from mmap, before the limit (not from the allocator under test). */
   blk_t *blks = mmap(NULL, OOM_MAX_BLOCKS * sizeof(blk_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(blks != MAP_FAILED);
@@ -310,7 +211,8 @@ static void oom_child(void)
     CHECK(p != NULL);
     A(free)(p);
   }
-  size_t base = vm_size();
+  size_t base = tu_statm(0);
+  CHECK(base != 0);
   struct rlimit rl = { base + 256 * MiB, base + 256 * MiB };
   CHECKF(setrlimit(RLIMIT_AS, &rl) == 0, "setrlimit: errno %d", errno);
 
@@ -370,12 +272,12 @@ static void oom_child(void)
   errno = 0;
   void *q = A(realloc)(blks[small].p, 512 * MiB);
   CHECKF(q == NULL && errno == ENOMEM, "realloc to 512 MiB under the limit: %p errno %d", q, errno);
-  blk_check(&blks[small], "after failed realloc");
+  CHECK_BLK(&blks[small], "after failed realloc");
   errno = 0;
   q = A(malloc)(SIZE_MAX / 2);
   CHECKF(q == NULL && errno == ENOMEM, "malloc(SIZE_MAX/2): %p errno %d", q, errno);
 
-  for (size_t i = 0; i < n; i++) blk_check(&blks[i], "after OOM");
+  for (size_t i = 0; i < n; i++) CHECK_BLK(&blks[i], "after OOM");
 
   /* Free half, then allocate the same sizes again, smallest first (so the
    * freed slab space is reused before new mappings are needed). Every block
@@ -410,7 +312,7 @@ static void oom_child(void)
   CHECKF(again_bytes >= freed_bytes / 2, "after freeing %zu bytes only %zu could be allocated again", freed_bytes,
          again_bytes);
   for (size_t i = 0; i < n; i++)
-    if (blks[i].p != NULL) blk_check(&blks[i], "after re-allocation");
+    if (blks[i].p != NULL) CHECK_BLK(&blks[i], "after re-allocation");
   for (size_t i = 0; i < n; i++) A(free)(blks[i].p);
 
   /* Everything is free: a large block must fit (cached memory is given back). */
@@ -424,33 +326,20 @@ static void oom_child(void)
          "%zu (%zu MiB) allocated again: OK\n",
          API_NAME, n, bytes / MiB, nulls, freed, freed_bytes / MiB, again, again_bytes / MiB);
   fflush(stdout);
-  _exit(0);
 }
 
 static void test_oom(void)
 {
   double t0 = tu_now();
-  fflush(stdout);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) oom_child();
-  int st = 0;
-  pid_t w;
-  do w = waitpid(pid, &st, 0); while (w < 0 && errno == EINTR);
-  CHECK(w == pid);
-  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "oom child failed (status %#x%s%d)", st,
-         WIFSIGNALED(st) ? ", signal " : ", exit ", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  char why[64];
+  int st = tu_wait(tu_spawn(oom_child, NULL, 120, NULL));
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "oom child ended with %s", tu_status_str(st, why, sizeof why));
   printf("test_faults (%s): oom: %.2f s\n", API_NAME, tu_now() - t0);
 }
 
-int main(int argc, char **argv)
-{
-  const char *what = argc > 1 ? argv[1] : "all";
-  int nforks = argc > 2 ? atoi(argv[2]) : 100;
-  int all = strcmp(what, "all") == 0;
-  CHECKF(all || strcmp(what, "fork") == 0 || strcmp(what, "oom") == 0, "usage: test_faults [fork|oom|all] [forks]");
-  if (all || strcmp(what, "oom") == 0) test_oom();
-  if (all || strcmp(what, "fork") == 0) test_fork(nforks);
-  printf("test_faults (%s): OK\n", API_NAME);
-  return 0;
-}
+static const tu_case_t cases[] = {
+  {"oom", test_oom, 0},
+  {"fork", test_fork, 0},
+};
+
+int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[forks]"); }

@@ -1,8 +1,16 @@
 /* test_memory.c - memory goes back to the OS, measured from /proc/self/statm.
  *
- *   purge    blocks of every pool (about 300 MiB) are written and freed; with
- *            no further call, resident memory must fall back to within 4 MiB
- *            of where it started within one second (the background purger).
+ *   purge    blocks of every pool (about 300 MiB) are written and freed; while
+ *            the program goes on allocating (a little, every 10 ms),
+ *            resident memory must fall back to within 4 MiB of where it
+ *            started within one second, and no thread of hakmem's runs.
+ *   background  with HAKMEM_BACKGROUND_THREAD=1 (set by CTest): no thread in
+ *            a single-threaded program; once it runs a second thread, the
+ *            same 300 MiB go back within a second with no further call, and
+ *            hakmem runs one thread of its own.
+ *   idle_owner  a thread allocates 20,000 blocks of 1 KiB and sleeps; another
+ *            frees them all: within a second, with no further call, resident
+ *            memory is back within 2 MiB of the start.
  *   trim     the same with purging off (HAKMEM_PURGE_DELAY_MS=-1, set by
  *            CTest): memory stays resident until malloc_trim(0), which must
  *            bring it back within 4 MiB at once. Then a 1 MiB block goes
@@ -13,10 +21,12 @@
  *            was after the first thousand (exited threads' memory is reused).
  *   churn    grow to 256 MiB of mixed sizes, free it all, five times: peak
  *            resident memory at most 1.1x the live bytes, and resident memory
- *            at the end under 10 % of the peak.
+ *            under 10 % of the peak within a second of the end (the program
+ *            allocating a little meanwhile).
  *   bigcache 40 huge blocks of 16 MiB freed at once: what the cache keeps
  *            stays within HAKMEM_BIGCACHE_MB (32, set by CTest) and is gone
- *            after its age (HAKMEM_BIGCACHE_AGE_MS). Then a freed 8 MiB
+ *            after its age (HAKMEM_BIGCACHE_AGE_MS), the program allocating
+ *            a little meanwhile. Then a freed 8 MiB
  *            block's reservation serves a 10 MiB one in place (same address,
  *            written and read back whole), and a calloc of 11 MiB reusing it
  *            reads zero throughout.
@@ -27,12 +37,12 @@
  *   reuse    the block freed last is the next one of its size handed out;
  *            64 blocks of 8 KiB (one slab) written and freed: the emptied
  *            slab keeps its list (the next malloc returns the last freed)
- *            and, the last to empty, stays resident 20 purge delays
- *            (HAKMEM_PURGE_DELAY_MS=20, set by CTest). Once 12 blocks of
- *            20000 B empty their slab after it, it goes idle: the purger
- *            returns every page of it (mincore), and it starts afresh: the
- *            next 64 blocks lie in that one slab again, each written and
- *            read back whole.
+ *            and, the program asleep, stays resident 20 purge delays
+ *            (HAKMEM_PURGE_DELAY_MS=20, set by CTest). Once the program
+ *            allocates other sizes again, its periodic check takes the slab
+ *            off the fast path: a purge returns every page of it (mincore)
+ *            within a second, and it starts afresh: the next 64 blocks lie in
+ *            that one slab again, each written and read back whole.
  *   grow     8 blocks grown in turn by 4 KiB from 40 KiB to 1.5 MiB (12 MiB
  *            live): every byte kept, a usable size within a quarter of the
  *            request, and resident memory grown by at most 1.3x the live
@@ -54,51 +64,53 @@
  *            MiB (beyond an arena's largest block) and back to 1 MiB keeping
  *            every byte.
  *
- * usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse|arena [seconds]
+ * Run alone by name, a case measures a fresh process (CTest runs each so,
+ * with the environment it needs); run together, each in a child of the
+ * runner, those that need CTest's environment are left out.
+ *
+ * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
+ *        bigcache, xthread, reuse, grow, sparse, arena)
  */
 #include "testutil.h"
 
-#include <malloc.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-#define MiB ((size_t)1 << 20)
-
 static size_t mib(size_t bytes) { return bytes / MiB; }
-
-/* Allocates about `total` bytes in blocks of every pool, writing each. */
-static size_t fill_pools(void **slots, size_t max_slots, size_t total, uint64_t seed)
-{
-  static const size_t sizes[] = {16, 64, 200, 1000, 4096, 20000, 100000, 600000, 3 << 20};
-  size_t n = 0, bytes = 0;
-  while (bytes < total && n < max_slots) {
-    size_t sz = sizes[tu_xorshift(&seed) % (sizeof sizes / sizeof *sizes)];
-    void *p = A(malloc)(sz);
-    CHECKF(p != NULL, "malloc(%zu) failed", sz);
-    memset(p, 0x5a, sz);
-    slots[n++] = p;
-    bytes += sz;
-  }
-  return n;
-}
 
 static void free_all(void **slots, size_t n)
 {
   for (size_t i = 0; i < n; i++) A(free)(slots[i]);
 }
 
-/* Waits up to `ms` for resident memory to fall to at most `limit`. */
-static size_t wait_rss_below(size_t limit, int ms)
+/* Waits up to `ms` for resident memory to fall to at most `limit`; with
+ * active, the program allocates meanwhile (a Large block allocated and freed
+ * a few times every 10 ms, slow paths that return what is due), else it
+ * makes no call at all. */
+static size_t wait_rss(size_t limit, int ms, int active)
 {
   size_t rss = tu_rss();
-  for (int waited = 0; rss > limit && waited < ms; waited += 20) {
-    usleep(20000);
+  for (int waited = 0; rss > limit && waited < ms; waited += 10) {
+    for (int i = 0; active && i < 32; i++) A(free)(tu_launder(A(malloc)(40000)));
+    usleep(10000);
     rss = tu_rss();
   }
   return rss;
+}
+#define wait_rss_below(limit, ms) wait_rss(limit, ms, 1)
+
+/* Threads of this process now (/proc/self/task). */
+static int task_count(void)
+{
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d != NULL);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
 }
 
 static void **slot_array(size_t n)
@@ -108,37 +120,126 @@ static void **slot_array(size_t n)
   return s;
 }
 
+typedef struct {
+  size_t base;       /* resident before */
+  size_t full;       /* resident with every block written */
+  size_t slot_pages; /* the block list's pages, touched by the test itself */
+  double freed_at;   /* when the frees began */
+} pools_t;
+
+/* Writes about 300 MiB in blocks of every pool, then frees them all. */
+static pools_t write_and_free_pools(uint64_t seed)
+{
+  static const size_t sizes[] = {16, 64, 200, 1000, 4096, 20000, 100000, 600000, 3 << 20};
+  size_t max = 1 << 20, n = 0, bytes = 0;
+  void **slots = slot_array(max);
+  pools_t r = {.base = tu_rss(), .slot_pages = max * sizeof *slots};
+  while (bytes < 300 * MiB && n < max) {
+    size_t sz = sizes[tu_xorshift(&seed) % (sizeof sizes / sizeof *sizes)];
+    void *p = A(malloc)(sz);
+    CHECKF(p != NULL, "malloc(%zu) failed", sz);
+    memset(p, 0x5a, sz);
+    slots[n++] = p;
+    bytes += sz;
+  }
+  r.full = tu_rss();
+  r.freed_at = tu_now();
+  free_all(slots, n);
+  return r;
+}
+
 static void test_purge(void)
 {
-  size_t max = 1 << 20;
-  void **slots = slot_array(max);
-  size_t base = tu_rss();
-  size_t n = fill_pools(slots, max, 300 * MiB, 1);
-  size_t full = tu_rss();
-  CHECKF(full > base + 250 * MiB, "only %zu MiB resident after writing 300 MiB", mib(full - base));
-  double t0 = tu_now();
-  free_all(slots, n);
-  size_t slot_pages = max * sizeof *slots; /* touched by the test itself */
+  pools_t f = write_and_free_pools(1);
+  size_t base = f.base, slot_pages = f.slot_pages;
+  CHECKF(f.full > base + 250 * MiB, "only %zu MiB resident after writing 300 MiB", mib(f.full - base));
   size_t rss = wait_rss_below(base + slot_pages + 4 * MiB, 1000);
-  double took = tu_now() - t0;
+  double took = tu_now() - f.freed_at;
   CHECKF(rss <= base + slot_pages + 4 * MiB, "resident %zu MiB above the start 1 s after freeing %zu MiB",
-         mib(rss - base - slot_pages), mib(full - base));
-  printf("test_memory purge: %zu MiB freed, back within 4 MiB of the start in %.2f s: OK\n", mib(full - base), took);
+         mib(rss - base - slot_pages), mib(f.full - base));
+  CHECKF(task_count() == 1, "%d threads in a program that started none", task_count());
+  printf("test_memory purge: %zu MiB freed, back within 4 MiB of the start in %.2f s while the program "
+         "allocates, and no thread of hakmem's: OK\n", mib(f.full - base), took);
+}
+
+static void *sleeper(void *arg)
+{
+  A(free)(tu_launder(A(malloc)(100))); /* a thread of the program's that has used the allocator */
+  while (!atomic_load((atomic_int *)arg)) usleep(1000);
+  return NULL;
+}
+
+/* HAKMEM_BACKGROUND_THREAD=1 (set by CTest): a single-threaded program gets
+ * no thread; once it runs a second one, memory goes back within a second
+ * with no further call, from a thread of hakmem's. */
+static void test_background(void)
+{
+  pools_t f0 = write_and_free_pools(3);
+  usleep(100000);
+  CHECKF(task_count() == 1, "%d threads in a single-threaded program", task_count());
+  atomic_int stop = 0;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, sleeper, &stop) == 0);
+  usleep(50000);
+  pools_t f = write_and_free_pools(4);
+  size_t rss = wait_rss(f.base + f.slot_pages + 4 * MiB, 1000, 0);
+  double took = tu_now() - f.freed_at;
+  int tasks = task_count();
+  atomic_store(&stop, 1);
+  pthread_join(t, NULL);
+  CHECKF(rss <= f.base + f.slot_pages + 4 * MiB, "resident %zu MiB above the start 1 s after freeing %zu MiB",
+         mib(rss - f.base - f.slot_pages), mib(f.full - f.base));
+  CHECKF(tasks == 3, "%d threads: the program's two and hakmem's one expected", tasks);
+  printf("test_memory background: %zu MiB freed, back within 4 MiB of the start in %.2f s with no call: OK\n",
+         mib(f.full - f.base), took);
+  (void)f0;
+}
+
+static atomic_int owner_wake;
+static void *sleeping_owner(void *arg)
+{
+  void **blocks = arg;
+  for (int i = 0; i < 20000; i++) {
+    CHECK((blocks[i] = A(malloc)(KiB)) != NULL);
+    memset(blocks[i], 7, KiB);
+  }
+  while (!atomic_load(&owner_wake)) usleep(1000); /* asleep, its heap still its own */
+  return NULL;
+}
+
+/* One thread allocates 20,000 blocks of 1 KiB and sleeps; another frees them
+ * all: within a second, with no further call, resident memory is back within
+ * 2 MiB of the start. */
+static void test_idle_owner(void)
+{
+  void **blocks = slot_array(20000);
+  size_t base = tu_rss();
+  pthread_t owner;
+  CHECK(pthread_create(&owner, NULL, sleeping_owner, blocks) == 0);
+  while (blocks[19999] == NULL) usleep(1000);
+  usleep(20000);
+  size_t full = tu_rss();
+  CHECKF(full > base + 15 * MiB, "only %zu MiB resident for 20,000 blocks of 1 KiB", mib(full - base));
+  for (int i = 0; i < 20000; i++) A(free)(blocks[i]);
+  double t0 = tu_now();
+  size_t rss = wait_rss(base + 2 * MiB, 1000, 0);
+  double took = tu_now() - t0;
+  atomic_store(&owner_wake, 1);
+  pthread_join(owner, NULL);
+  CHECKF(rss <= base + 2 * MiB, "resident %zu KiB above the start 1 s after another thread freed the sleeping "
+         "owner's blocks", (rss - base) / KiB);
+  printf("test_memory idle_owner: %zu MiB freed by another thread, back within 2 MiB in %.2f s: OK\n",
+         mib(full - base), took);
 }
 
 static void test_trim(void)
 {
-  size_t max = 1 << 20;
-  void **slots = slot_array(max);
-  size_t base = tu_rss();
-  size_t n = fill_pools(slots, max, 300 * MiB, 2);
-  size_t full = tu_rss();
-  free_all(slots, n);
+  pools_t f = write_and_free_pools(2);
+  size_t base = f.base, slot_pages = f.slot_pages;
   usleep(300000);
   size_t kept = tu_rss();
   CHECKF(kept > base + 100 * MiB, "with purging off, only %zu MiB stayed resident after the frees", mib(kept - base));
   CHECK(A(malloc_trim)(0) == 1);
-  size_t slot_pages = max * sizeof *slots;
   size_t rss = tu_rss();
   CHECKF(rss <= base + slot_pages + 4 * MiB, "malloc_trim(0) left %zu MiB above the start",
          mib(rss - base - slot_pages));
@@ -162,7 +263,6 @@ static void test_trim(void)
   A(free)(anchor);
   printf("test_memory trim: %zu MiB kept without purging, %zu MiB after malloc_trim(0); resident units reused "
          "first: OK\n", mib(kept - base), mib(rss > base + slot_pages ? rss - base - slot_pages : 0));
-  (void)full;
 }
 
 static void *thread_body(void *arg)
@@ -294,8 +394,9 @@ static void *xthread_consumer(void *arg)
   }
 }
 
-static void test_xthread(double seconds)
+static void test_xthread(void)
 {
+  double seconds = tu_param(0, 60);
   pthread_t cons;
   CHECK(pthread_create(&cons, NULL, xthread_consumer, NULL) == 0);
   uint64_t seed = 7;
@@ -350,7 +451,7 @@ static void slab_fill(char **p, int round)
          SLAB_BLOCKS, (size_t)(hi - lo) >> 10);
 }
 
-enum { OTHER_BLOCKS = 12, OTHER_BSIZE = 20000 };
+enum { OTHER_BSIZE = 20000 };
 
 /* Resident bytes of the pages that hold the blocks p[] (mincore), and in
  * *total how many bytes those pages make. */
@@ -401,20 +502,21 @@ static void test_reuse(void)
   CHECKF(q == p[SLAB_BLOCKS - 1], "the last emptied slab lost its list: %p, not %p", (void *)q,
          (void *)p[SLAB_BLOCKS - 1]);
   A(free)(q);
-  char *r[OTHER_BLOCKS]; /* another slab of more than 64 KiB empties after it */
-  for (int i = 0; i < OTHER_BLOCKS; i++) {
-    r[i] = A(malloc)(OTHER_BSIZE);
-    CHECK(r[i] != NULL);
-    memset(r[i], i, OTHER_BSIZE);
+  /* The owner's periodic check (once per purge delay, on its slow paths)
+   * takes an emptied current slab that carved more than a unit off the fast
+   * path; idle for the delay, its pages go back. */
+  size_t idle = total;
+  for (int waited = 0; waited < 1000 && idle > 0; waited += 10) {
+    for (int i = 0; i < 32; i++) A(free)(tu_launder(A(malloc)(OTHER_BSIZE * 2)));
+    usleep(10000);
+    idle = slab_resident(p, &total);
   }
-  for (int i = 0; i < OTHER_BLOCKS; i++) A(free)(r[i]);
-  usleep(400000); /* the purger returns the idle slab's pages */
-  size_t idle = slab_resident(p, &total);
-  CHECKF(idle == 0, "a slab displaced by another emptied one kept %zu KiB resident", idle >> 10);
+  CHECKF(idle == 0, "an emptied slab kept %zu KiB resident while the program allocated other sizes", idle >> 10);
   slab_fill(p, 2);
   for (int i = 0; i < SLAB_BLOCKS; i++) A(free)(p[i]);
-  printf("test_memory reuse: last freed first at %zu sizes; the last emptied slab stayed resident with its list, "
-         "a displaced one went idle, was purged and started afresh: OK\n", sizeof sizes / sizeof *sizes);
+  printf("test_memory reuse: last freed first at %zu sizes; an emptied slab stayed resident with its list while "
+         "the program slept, went idle once it allocated again, was purged and started afresh: OK\n",
+         sizeof sizes / sizeof *sizes);
 }
 
 static void test_grow(void)
@@ -543,22 +645,20 @@ static void test_arena(void)
   printf("test_memory arena: a pointer inside refused, realloc to 300 MiB and back kept every byte: OK\n");
 }
 
-int main(int argc, char **argv)
-{
-  const char *what = argc > 1 ? argv[1] : "";
-  if (!strcmp(what, "purge")) test_purge();
-  else if (!strcmp(what, "trim")) test_trim();
-  else if (!strcmp(what, "threads")) test_threads();
-  else if (!strcmp(what, "churn")) test_churn();
-  else if (!strcmp(what, "bigcache")) test_bigcache();
-  else if (!strcmp(what, "xthread")) test_xthread(argc > 2 ? atof(argv[2]) : 60);
-  else if (!strcmp(what, "reuse")) test_reuse();
-  else if (!strcmp(what, "grow")) test_grow();
-  else if (!strcmp(what, "sparse")) test_sparse();
-  else if (!strcmp(what, "arena")) test_arena();
-  else {
-    fprintf(stderr, "usage: test_memory purge|trim|threads|churn|bigcache|xthread|reuse|grow|sparse|arena [seconds]\n");
-    return 2;
-  }
-  return 0;
-}
+/* Those marked TU_BY_NAME need the environment CTest gives them. */
+static const tu_case_t cases[] = {
+  {"purge", test_purge, 0},
+  {"background", test_background, TU_BY_NAME},
+  {"idle_owner", test_idle_owner, 0},
+  {"trim", test_trim, TU_BY_NAME},
+  {"threads", test_threads, 0},
+  {"churn", test_churn, 0},
+  {"bigcache", test_bigcache, TU_BY_NAME},
+  {"xthread", test_xthread, 0},
+  {"reuse", test_reuse, TU_BY_NAME},
+  {"grow", test_grow, 0},
+  {"sparse", test_sparse, TU_BY_NAME},
+  {"arena", test_arena, TU_BY_NAME},
+};
+
+int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }

@@ -4,41 +4,38 @@
  * (SIGABRT for a detected misuse, SIGSEGV for a guard page). A last case
  * checks that fresh blocks come out in random order.
  *
- * usage: test_secure
+ * usage: test_secure [CASE|all]   (cases: the table at the end)
  */
 #include "testutil.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-
-static void double_free_small(void)
+static void double_free_small(void *arg)
 {
   char *p = tu_launder(malloc(100));
   free(p);
   free(p);
 }
 
-static void double_free_large(void)
+static void double_free_large(void *arg)
 {
   char *p = tu_launder(malloc(200000));
   free(p);
   free(p);
 }
 
-static void double_free_huge(void)
+static void double_free_huge(void *arg)
 {
   char *p = tu_launder(malloc(8 << 20));
   free(p);
   free(p);
 }
 
-static void interior_free(void)
+static void interior_free(void *arg)
 {
   char *p = tu_launder(malloc(100));
   free(p + 16);
 }
 
-static void foreign_free(void)
+static void foreign_free(void *arg)
 {
   char buf[64];
   free(tu_launder(buf + 8));
@@ -46,7 +43,7 @@ static void foreign_free(void)
 
 /* A use-after-free write over a free block's list pointer: malloc must
  * notice when the list reaches it, not return the attacker's address. */
-static void overwritten_list(void)
+static void overwritten_list(void *arg)
 {
   char *p = tu_launder(malloc(100));
   free(p);
@@ -55,67 +52,32 @@ static void overwritten_list(void)
 }
 
 /* The page below each region's header is a guard. */
-static void guard_page(void)
+static void guard_page(void *arg)
 {
   char *p = tu_launder(malloc(100));
   volatile char *region = (char *)((uintptr_t)p & ~(((uintptr_t)4 << 20) - 1));
   region[8] = 1;
 }
 
-typedef struct {
-  const char *name;
-  void (*bad)(void);
-  int signal;
-  const char *message;
-} bad_case_t;
-
-static void expect(const bad_case_t *c)
+/* Runs bad() in a child: it must end by signal sig, having written one line
+ * on stderr that holds "hakmem" and message (when not NULL). */
+static void expect(void (*bad)(void *), int sig, const char *message)
 {
-  int fds[2];
-  CHECK(pipe(fds) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    alarm(20);
-    c->bad();
-    _exit(0);
+  char out[4096], why[64];
+  int st = tu_child_output(bad, NULL, 20, out, sizeof out);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == sig, "%s: child ended with %s, want signal %d", tu_run.name,
+         tu_status_str(st, why, sizeof why), sig);
+  if (message) {
+    CHECKF(strstr(out, message) != NULL && strstr(out, "hakmem") != NULL, "%s: stderr was \"%s\"", tu_run.name, out);
+    CHECKF(strchr(out, '\n') == out + strlen(out) - 1, "%s: want one line, got \"%s\"", tu_run.name, out);
   }
-  close(fds[1]);
-  char out[4096];
-  size_t n = 0;
-  ssize_t r;
-  while (n < sizeof out - 1 && (r = read(fds[0], out + n, sizeof out - 1 - n)) > 0) n += (size_t)r;
-  out[n] = 0;
-  close(fds[0]);
-  int st;
-  CHECK(waitpid(pid, &st, 0) == pid);
-  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == c->signal, "%s: child ended with status 0x%x, want signal %d", c->name,
-         st, c->signal);
-  if (c->message) {
-    CHECKF(strstr(out, c->message) != NULL && strstr(out, "hakmem") != NULL, "%s: stderr was \"%s\"", c->name, out);
-    CHECKF(strchr(out, '\n') == out + strlen(out) - 1, "%s: want one line, got \"%s\"", c->name, out);
-  }
-  printf("test_secure: %-18s -> signal %d%s%s\n", c->name, c->signal, c->message ? ", " : "",
-         c->message ? c->message : "");
+  printf("test_secure: %-18s -> signal %d%s%s\n", tu_run.name, sig, message ? ", " : "", message ? message : "");
 }
 
-int main(void)
+/* Fresh blocks in random order: 64 blocks of a class nothing else uses must
+ * not come out in address order. */
+static void test_random_order(void)
 {
-  static const bad_case_t cases[] = {
-    {"double free", double_free_small, SIGABRT, "double free"},
-    {"large double free", double_free_large, SIGABRT, "not a live block"},
-    {"huge double free", double_free_huge, SIGABRT, "not a live block"},
-    {"interior pointer", interior_free, SIGABRT, "inside a block"},
-    {"foreign pointer", foreign_free, SIGABRT, "not a live block"},
-    {"overwritten list", overwritten_list, SIGABRT, "free list corrupted"},
-    {"guard page", guard_page, SIGSEGV, NULL},
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) expect(&cases[i]);
-
-  /* Fresh blocks in random order: 64 blocks of a class nothing else uses
-   * must not come out in address order. */
   char *b[64];
   int ascending = 1;
   for (int i = 0; i < 64; i++) b[i] = tu_launder(malloc(720));
@@ -123,5 +85,27 @@ int main(void)
   CHECKF(!ascending, "fresh blocks came out in address order");
   for (int i = 0; i < 64; i++) free(b[i]);
   printf("test_secure: fresh blocks in random order: OK\n");
-  return 0;
 }
+
+/* Each detection: the case's name, what its child does, the signal that
+ * must end the child and what its line on stderr must say. */
+#define DETECTIONS(X)                                                   \
+  X(double_free, double_free_small, SIGABRT, "double free")             \
+  X(large_double_free, double_free_large, SIGABRT, "not a live block")  \
+  X(huge_double_free, double_free_huge, SIGABRT, "not a live block")    \
+  X(interior_pointer, interior_free, SIGABRT, "inside a block")         \
+  X(foreign_pointer, foreign_free, SIGABRT, "not a live block")         \
+  X(overwritten_list, overwritten_list, SIGABRT, "free list corrupted") \
+  X(guard_page, guard_page, SIGSEGV, NULL)
+
+#define DETECTION_TEST(name, bad, sig, message) \
+  static void test_##name(void) { expect(bad, sig, message); }
+DETECTIONS(DETECTION_TEST)
+
+#define DETECTION_CASE(name, bad, sig, message) {#name, test_##name, 0},
+static const tu_case_t cases[] = {
+  DETECTIONS(DETECTION_CASE)
+  {"random_order", test_random_order, 0},
+};
+
+int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, ""); }

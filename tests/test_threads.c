@@ -20,55 +20,30 @@
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
  * child; and its processor count against sched_getaffinity.
  *
- * Usage: test_threads [churn-threads] [forks]
+ * Blocks carry their pattern whole.
+ *
+ * Usage: test_threads [CASE|all] [churn-threads] [forks]   (cases: the table at the end;
+ *        cpu_count with the hak_ API only)
  * Calls the hak_ API when compiled with -DUSE_HAK_API, else the standard names.
  */
 #include "testutil.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <sys/wait.h>
 
+/* ---- hakmem's internals (hak_ API build only; retarget here) ----
+ * RUNNING(): threads holding a heap; CPUS(): the processors hakmem counts. */
 #ifdef USE_HAK_API
 #include <sched.h>
 
-#include "../src/internal.h"
+#include "../src/heap.h"
 #define RUNNING() ((int)heap_threads_running())
+#define CPUS() os_cpu_count()
 #define CHECK_RUNNING(n)                                                                                            \
   CHECKF(RUNNING() == (n), "%d threads hold a heap, expected %d", RUNNING(), (n))
 #else
 #define RUNNING() 0
 #define CHECK_RUNNING(n) ((void)(n))
 #endif
-
-#define KiB ((size_t)1024)
-#define MiB ((size_t)1024 * 1024)
-
-typedef struct {
-  void *p;
-  size_t size;
-  uint64_t id;
-} blk_t;
-
-static void blk_alloc(blk_t *b, size_t size, uint64_t id)
-{
-  b->p = A(malloc)(size);
-  CHECKF(b->p != NULL, "malloc(%zu)", size);
-  b->size = size;
-  b->id = id;
-  tu_fill(b->p, 0, size, id);
-}
-
-static void blk_free(blk_t *b, const char *when)
-{
-  size_t bad = tu_verify(b->p, 0, b->size, b->id);
-  CHECKF(bad == (size_t)-1, "%s: block %p size %zu id %llu corrupted at byte %zu", when, b->p, b->size,
-         (unsigned long long)b->id, bad);
-  A(free)(b->p);
-  b->p = NULL;
-}
 
 static size_t mixed_size(uint64_t *r)
 {
@@ -102,8 +77,9 @@ static void *churn_thread(void *arg)
   return NULL;
 }
 
-static void test_churn(int nthreads)
+static void test_churn(void)
 {
+  int nthreads = (int)tu_param(0, 1000);
   enum { WAVE = 8 };
   churn_arg_t *args = A(calloc)(WAVE, sizeof *args);
   CHECK(args != NULL);
@@ -214,9 +190,10 @@ static void *load_thread(void *arg)
   return NULL;
 }
 
-static void fork_child(int round)
+/* In the child (under alarm(20)). */
+static void fork_child(void *arg)
 {
-  alarm(20);
+  int round = (int)(intptr_t)arg;
   CHECK_RUNNING(1);
   /* Blocks from the parent's threads, which do not exist here. */
   for (int k = 0; k < FORK_WORKERS; k++)
@@ -237,26 +214,20 @@ static void fork_child(int round)
   void *c = A(calloc)(1000, 10);
   CHECK(c != NULL);
   A(free)(c);
-  _exit(0);
 }
 
-static void test_fork(int nforks)
+static void test_fork(void)
 {
+  int nforks = (int)tu_param(1, 50);
   atomic_store(&stop_load, 0);
   atomic_store(&prefork_ready, 0);
   pthread_t th[FORK_WORKERS];
   for (int k = 0; k < FORK_WORKERS; k++) CHECK(pthread_create(&th[k], NULL, load_thread, (void *)(intptr_t)k) == 0);
   while (atomic_load(&prefork_ready) < FORK_WORKERS) usleep(1000);
   for (int i = 0; i < nforks; i++) {
-    fflush(stdout);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) fork_child(i);
-    int st;
-    CHECK(waitpid(pid, &st, 0) == pid);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork child %d: %s %d%s", i,
-           WIFSIGNALED(st) ? "killed by signal" : "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
-           WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? " (deadlock: alarm fired)" : "");
+    int st = tu_wait(tu_spawn(fork_child, (void *)(intptr_t)i, 20, NULL));
+    char why[64];
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork child %d: %s", i, tu_status_str(st, why, sizeof why));
     /* Parent allocates between forks too. */
     void *p = A(malloc)(100 + (size_t)i);
     CHECK(p != NULL);
@@ -320,21 +291,27 @@ static void test_thread_done(void)
   printf("  thread_done: heaps handed back early and after exit\n");
 }
 
-int main(int argc, char **argv)
-{
-  int churn = argc > 1 ? atoi(argv[1]) : 1000;
-  int forks = argc > 2 ? atoi(argv[2]) : 50;
-  double t0 = tu_now();
 #ifdef USE_HAK_API
+/* hakmem counts the processors this process may run on. */
+static void test_cpu_count(void)
+{
   cpu_set_t set;
   CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
-  CHECKF(os_cpu_count() == (unsigned)CPU_COUNT(&set), "os_cpu_count %u, sched_getaffinity %d", os_cpu_count(),
-         CPU_COUNT(&set));
+  CHECKF(CPUS() == (unsigned)CPU_COUNT(&set), "os_cpu_count %u, sched_getaffinity %d", CPUS(), CPU_COUNT(&set));
+}
 #endif
-  test_orphans();
-  test_thread_done();
-  test_churn(churn);
-  test_fork(forks);
-  printf("test_threads (%s): all checks passed in %.2f s\n", API_NAME, tu_now() - t0);
-  return 0;
+
+static const tu_case_t cases[] = {
+#ifdef USE_HAK_API
+  {"cpu_count", test_cpu_count, 0},
+#endif
+  {"orphans", test_orphans, 0},
+  {"thread_done", test_thread_done, 0},
+  {"churn", test_churn, 0},
+  {"fork", test_fork, 0},
+};
+
+int main(int argc, char **argv)
+{
+  return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[churn-threads] [forks]");
 }

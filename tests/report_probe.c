@@ -1,0 +1,96 @@
+/* What tests/report.sh runs under LD_PRELOAD=libhakmem.so: allocations of
+ * known sizes from known functions, and hakmem's report calls found with
+ * dlsym (the probe links the C library only). Built without frame pointers:
+ * the profiler must unwind from the unwind tables.
+ *
+ *   report_probe json    live blocks of each pool, hak_stats_json on stdout,
+ *                        then the expected live bytes on stderr's last line
+ *   report_probe closed  closes stderr and exits (coreutils do that)
+ *   report_probe sites PATH
+ *                        five functions hold 64, 32, 16, 8 and 4 MiB in
+ *                        Small, Large, Tiny and huge blocks; the profile is
+ *                        dumped to PATH, then everything freed
+ *   report_probe dump    hak_profile_dump(NULL); prints its return value */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+
+static void *sym(const char *name) {
+  void *f = dlsym(RTLD_DEFAULT, name);
+  if (f == NULL) {
+    fprintf(stderr, "report_probe: %s not found (is libhakmem preloaded?)\n", name);
+    exit(2);
+  }
+  return f;
+}
+
+/* n blocks of size bytes, written through. */
+static void **hold(size_t n, size_t size) {
+  void **v = malloc(n * sizeof *v);
+  for (size_t i = 0; i < n; i++) {
+    v[i] = malloc(size);
+    memset(v[i], 0x5a, size);
+  }
+  return v;
+}
+
+static void release(void **v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* The profiled sites: each holds its total in blocks of its own size. */
+#define SITES(X) X(64, 1000) X(32, 100) X(16, 64 * 1024) X(8, 48) X(4, 4 * MiB)
+#define SITE(m, size) \
+  __attribute__((noinline, visibility("default"))) void **site_##m##mib(void) { return hold(m * MiB / (size), size); }
+SITES(SITE)
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "json") == 0) {
+    size_t (*stats_json)(char *, size_t) = (size_t (*)(char *, size_t))sym("hak_stats_json");
+    void **small = hold(100000, 200), **large = hold(200, 100 * 1024), **huge = hold(4, 8 * MiB);
+    release(hold(1000, 300 * 1024), 1000); /* freed Large and huge pages, cached or dirty */
+    size_t need = stats_json(NULL, 0);
+    char *buf = malloc(need + 1);
+    size_t n = stats_json(buf, need + 1);
+    if (n != need || strlen(buf) != need) {
+      fprintf(stderr, "report_probe: hak_stats_json wrote %zu bytes, said %zu\n", strlen(buf), need);
+      return 1;
+    }
+    fputs(buf, stdout);
+    fprintf(stderr, "live %zu\n", (size_t)100000 * 200 + (size_t)200 * 100 * 1024 + 4 * 8 * MiB);
+    (void)small, (void)large, (void)huge;
+    return 0;
+  }
+  if (strcmp(mode, "closed") == 0) {
+    release(hold(1000, 64), 1000);
+    close(2);
+    return 0;
+  }
+  if (strcmp(mode, "sites") == 0 && argc > 2) {
+    int (*dump)(const char *) = (int (*)(const char *))sym("hak_profile_dump");
+#define CALL(m, size) void **v##m = site_##m##mib();
+    SITES(CALL)
+    int err = dump(argv[2]);
+    if (err) {
+      fprintf(stderr, "report_probe: hak_profile_dump = %d\n", err);
+      return 1;
+    }
+#define RELEASE(m, size) release(v##m, m * MiB / (size));
+    SITES(RELEASE)
+    return 0;
+  }
+  if (strcmp(mode, "dump") == 0) {
+    int (*dump)(const char *) = (int (*)(const char *))sym("hak_profile_dump");
+    printf("%d\n", dump(NULL));
+    return 0;
+  }
+  fprintf(stderr, "usage: report_probe json|closed|sites PATH|dump\n");
+  return 2;
+}
