@@ -9,6 +9,7 @@
 #ifndef HAKMEM_BENCH_H
 #define HAKMEM_BENCH_H
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,10 +30,10 @@ static inline void bench_args(int argc, char **argv, const char *known)
         size_t n = eq ? (size_t)(eq - argv[i]) : 0;
         const char *k = known;
         int ok = 0;
-        while (eq && n && *k) { /* known is "a b c" */
-            size_t kl = strcspn(k, " ");
+        while (eq && n && *k) { /* known is "a b c", or "a=1 b=2 c=3" */
+            size_t kl = strcspn(k, " =");
             if (kl == n && strncmp(k, argv[i], n) == 0) ok = 1;
-            k += kl;
+            k += strcspn(k, " ");
             k += strspn(k, " ");
         }
         if (!ok) {
@@ -42,18 +43,52 @@ static inline void bench_args(int argc, char **argv, const char *known)
     }
 }
 
-static inline double arg_f(const char *name, double def)
+static inline const char *arg_s(const char *name, const char *def)
 {
     size_t n = strlen(name);
     for (int i = 1; i < bench_argc; i++)
-        if (strncmp(bench_argv[i], name, n) == 0 && bench_argv[i][n] == '=')
-            return strtod(bench_argv[i] + n + 1, NULL);
+        if (strncmp(bench_argv[i], name, n) == 0 && bench_argv[i][n] == '=') return bench_argv[i] + n + 1;
     return def;
+}
+
+/* Exits with status 2 and says what is wrong unless the parameters are ok. */
+static inline void arg_need(int ok, const char *what)
+{
+    if (ok) return;
+    fprintf(stderr, "%s: bad parameters: %s\n", bench_argv[0], what);
+    exit(2);
+}
+
+static inline double arg_f(const char *name, double def)
+{
+    const char *v = arg_s(name, NULL);
+    return v ? strtod(v, NULL) : def;
 }
 
 static inline uint64_t arg_u(const char *name, uint64_t def)
 {
     return (uint64_t)arg_f(name, (double)def);
+}
+
+/* Parameters from a spec of "name=default" words: checks argv as bench_args
+ * does, then stores the value of each numeric one (its default is a number),
+ * in the spec's order, through the uint64_t pointers that follow the spec.
+ * Others (a word default) are read with arg_s. */
+#include <stdarg.h>
+static inline void bench_params(int argc, char **argv, const char *spec, ...)
+{
+    bench_args(argc, argv, spec);
+    va_list ap;
+    va_start(ap, spec);
+    for (const char *k = spec + strspn(spec, " "); *k; k += strspn(k, " ")) {
+        char name[32], *end;
+        size_t n = strcspn(k, "=");
+        double def = strtod(k + n + 1, &end);
+        snprintf(name, sizeof name, "%.*s", (int)n, k);
+        if (end != k + n + 1) *va_arg(ap, uint64_t *) = (uint64_t)arg_f(name, def);
+        k += strcspn(k, " ");
+    }
+    va_end(ap);
 }
 
 /* ---- time and random numbers --------------------------------------------- */
@@ -83,6 +118,20 @@ static inline uint64_t rng_seed(uint64_t seed, uint64_t stream)
 static inline size_t rng_range(uint64_t *s, size_t lo, size_t hi) /* [lo, hi] */
 {
     return lo + (size_t)(rng_next(s) % (hi - lo + 1));
+}
+
+static inline double rng_unit(uint64_t *s) /* [0, 1), 53 random bits */
+{
+    return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Log-uniform in [lo, hi]: each doubling of the size is drawn as often as any
+ * other, as many 256-512 KiB blocks as 4-8 MiB ones.  Needs -lm. */
+#include <math.h>
+static inline size_t rng_log_range(uint64_t *s, size_t lo, size_t hi)
+{
+    size_t n = (size_t)((double)lo * exp(rng_unit(s) * log((double)hi / (double)lo)));
+    return n < lo ? lo : n > hi ? hi : n;
 }
 
 /* ---- block pattern --------------------------------------------------------
@@ -135,6 +184,34 @@ static inline int block_check(const void *p, size_t n, uint64_t tag)
     return 1;
 }
 
+/* ---- a live block and the tag its pattern was written with ----------------- */
+typedef struct {
+    void *p;
+    size_t size;
+    uint64_t tag;
+} block_t;
+
+/* Allocates and fills b; returns 0 when malloc gave NULL (b->p is then NULL). */
+static inline int block_new(block_t *b, size_t size, uint64_t tag)
+{
+    b->size = size;
+    b->tag = tag;
+    b->p = malloc(size);
+    if (!b->p) return 0;
+    block_fill(b->p, size, tag);
+    return 1;
+}
+
+/* Verifies and frees b (an empty b passes); returns whether it held its pattern. */
+static inline int block_drop(block_t *b)
+{
+    if (!b->p) return 1;
+    int ok = block_check(b->p, b->size, b->tag);
+    free(b->p);
+    b->p = NULL;
+    return ok;
+}
+
 /* ---- memory readings (read(2) into a stack buffer: no malloc) ----------- */
 #include <fcntl.h>
 static inline int read_proc(const char *path, char *buf, size_t n)
@@ -165,20 +242,22 @@ static inline long hwm_kib(void) /* peak resident set, VmHWM from /proc/self/sta
 
 /* Threads that each run fn(worker) and count their operations.  Each worker
  * has a cache line of its own, and counts in a local until it finishes:
- * workers sharing a line that each writes per operation measured where the
- * allocator under test happened to place this array (random_mixed, 2
- * threads: hakmem 13-16 M/s with both counters in one line, 20-21 M/s
- * apart), not the allocator. */
+ * workers sharing a line that each writes per operation would measure where
+ * the allocator under test happened to place this array, not the allocator.
+ * A worker that times only part of its work (after an untimed set-up) puts
+ * that part's seconds in `secs`. */
 #include <pthread.h>
 typedef struct {
     _Alignas(64) int id;
     int failed;
     uint64_t ops;
+    double secs;
     pthread_t th;
 } worker_t;
 
 /* Runs fn on `threads` workers; returns whether none failed, with the total
- * operations and the wall time. */
+ * operations and the wall time, or, where the workers timed their own part,
+ * the longest of those parts. */
 static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, double *elapsed)
 {
     worker_t *w = aligned_alloc(64, (size_t)threads * sizeof *w);
@@ -195,12 +274,14 @@ static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, d
             w[t].th = 0;
         }
     }
+    double part = 0;
     for (int t = 0; t < threads; t++) {
         if (w[t].th) pthread_join(w[t].th, NULL);
         *ops += w[t].ops;
         ok &= !w[t].failed;
+        if (w[t].secs > part) part = w[t].secs;
     }
-    *elapsed = now_sec() - t0;
+    *elapsed = part > 0 ? part : now_sec() - t0;
     free(w);
     return ok;
 }

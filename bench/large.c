@@ -13,7 +13,6 @@
  * usage: large [iters=1000] [slots=8] [min=65536] [max=67108864] [seed=1]
  */
 #include "bench.h"
-#include <math.h>
 
 int main(int argc, char **argv)
 {
@@ -39,8 +38,7 @@ int main(int argc, char **argv)
             ok &= block_check(ptr[v], size[v], tag[v]);
             free(ptr[v]);
         }
-        double u = (double)(rng_next(&rng) >> 11) / 9007199254740992.0; /* [0,1) */
-        size[v] = (size_t)(lo * pow(hi / lo, u));
+        size[v] = rng_log_range(&rng, (size_t)lo, (size_t)hi);
         tag[v] = i + 1;
         if (!(ptr[v] = malloc(size[v]))) {
             ok = 0;

@@ -143,13 +143,6 @@ static void release_all(slot_t *slots, size_t n, size_t keep)
     }
 }
 
-static size_t log_uniform(uint64_t *rng, size_t lo, size_t hi)
-{
-    double u = (double)(rng_next(rng) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
-    size_t n = (size_t)((double)lo * exp(u * log((double)hi / (double)lo)));
-    return n < lo ? lo : n > hi ? hi : n;
-}
-
 /* Outside the allocator: mmap'ed and touched before the first phase, so every
  * allocator sees the same baseline. */
 static slot_t *map_slots(size_t n)
@@ -216,7 +209,7 @@ int main(int argc, char **argv)
             release_all(churn, CHURN_SLOTS, KEEP_BYTES);
             slot_t b[BURST_BLOCKS] = {{0}};
             do {
-                for (int i = 0; i < BURST_BLOCKS; i++) hold(&b[i], log_uniform(&rng, 256 << 10, 32 << 20));
+                for (int i = 0; i < BURST_BLOCKS; i++) hold(&b[i], rng_log_range(&rng, 256 << 10, 32 << 20));
                 for (int i = 0; i < BURST_BLOCKS; i++) release(&b[i]);
                 ops[k] += BURST_BLOCKS;
             } while (now_sec() < end);
@@ -227,7 +220,7 @@ int main(int argc, char **argv)
             do {
                 slot_t *s = &big[rng_range(&rng, 0, BURST2_SLOTS - 1)];
                 release(s);
-                hold(s, log_uniform(&rng, 64 << 10, 4 << 20));
+                hold(s, rng_log_range(&rng, 64 << 10, 4 << 20));
                 ops[k]++;
             } while (now_sec() < end);
             break;

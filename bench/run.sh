@@ -5,18 +5,23 @@
 # and phases.png.  The phases workload also runs hakmem's learning variants
 # (weights 0 and 100, each strategy pinned), set by environment variables.
 #
-#   bench/run.sh --quick          1 round, small sizes, 0.25 s phases (< 1 minute)
-#   bench/run.sh --full           5 rounds (phases: 3 rounds of 1 s phases), reference sizes (appends history.md)
+#   bench/run.sh --quick          1 round of each workload's quick form (CMake's list), 0.25 s phases
+#   bench/run.sh --full           5 rounds at reference sizes, real programs, syscall counts (appends history.md)
 #   bench/run.sh --scale          3 rounds of the threaded workloads at 4, 8 and 16 threads (a many-core machine)
 #   options: --rounds N  --build DIR (default: build)  --out DIR (default: bench/results)
 #            --only "larson memory ..."  (workload names)   --no-fastpath
+#            --syscalls / --no-syscalls  (the strace pass; default: in --full only)
+#            --quiet-wait S  (before a timed run, wait up to a minute for other programs to go
+#                             quiet, S s in all; default 900, quick 0; each run's others_pct
+#                             is in latest.csv)
 #
-# Workloads come from BUILD/bench/ (built by CMake); if they are missing they
-# are compiled here with cc.  Progress goes to stderr, one line per run.
+# The workloads and their quick forms come from the CMake build: BUILD/bench/
+# holds the programs and workloads.txt, their list (bench/CMakeLists.txt
+# writes it; build with `make`).  Progress goes to stderr, one line per run.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-MODE=quick ROUNDS= BUILD=$ROOT/build OUT=$ROOT/bench/results ONLY= FASTPATH=1
+MODE=quick ROUNDS= BUILD=$ROOT/build OUT=$ROOT/bench/results ONLY= FASTPATH=1 SYSCALLS= QUIET_WAIT=
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MODE=quick ;;
@@ -27,28 +32,31 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --no-fastpath) FASTPATH=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --syscalls) SYSCALLS=1 ;;
+    --no-syscalls) SYSCALLS=0 ;;
+    --quiet-wait) QUIET_WAIT=$2; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 [ -n "$ROUNDS" ] || case $MODE in full) ROUNDS=5 ;; scale) ROUNDS=3 ;; *) ROUNDS=1 ;; esac
+[ -n "$SYSCALLS" ] || case $MODE in full) SYSCALLS=1 ;; *) SYSCALLS=0 ;; esac
+[ -n "$QUIET_WAIT" ] || case $MODE in quick) QUIET_WAIT=0 ;; *) QUIET_WAIT=900 ;; esac
 BIN=$BUILD/bench
+LIST=$BIN/workloads.txt
+if [ ! -r "$LIST" ]; then
+  echo "run.sh: $LIST not found: build the workloads first (make, or cmake -S . -B build && cmake --build build)" >&2
+  exit 2
+fi
+WORKLOADS=$(cut -d'|' -f1 "$LIST" | tr '\n' ' ')
+for w in $WORKLOADS; do
+  [ -x "$BIN/$w" ] || { echo "run.sh: $BIN/$w missing: rebuild (make)" >&2; exit 2; }
+done
 mkdir -p "$OUT"
-WORKLOADS="larson random_mixed mid_large_mt memory cross_thread realloc large fastpath phases"
 # hakmem's learner reads these; the runner sets them per configuration (below),
 # so that plain "hakmem" means the defaults whatever the calling shell exports.
-unset HAKMEM_LEARN HAKMEM_LEARN_PIN HAKMEM_LEARN_WEIGHT PHASES_TRIM_IDLE
-
-# ---- workloads: build them with cc if CMake has not -------------------------
-for w in $WORKLOADS; do
-  if [ ! -x "$BIN/$w" ] || [ "$ROOT/bench/$w.c" -nt "$BIN/$w" ] || [ "$ROOT/bench/bench.h" -nt "$BIN/$w" ]; then
-    mkdir -p "$BIN"
-    echo "run.sh: compiling $w with cc" >&2
-    cc -std=gnu11 -O2 -Wall -fno-builtin-malloc -fno-builtin-free -fno-builtin-realloc -fno-builtin-calloc \
-      -o "$BIN/$w" "$ROOT/bench/$w.c" -pthread -ldl -lm || exit 1
-  fi
-done
+unset HAKMEM_LEARN HAKMEM_LEARN_PIN HAKMEM_LEARN_WEIGHT PHASES_TRIM_IDLE BENCH_PRELOAD BENCH_STRACE
 
 # Snapshot the binaries (and below, libhakmem.so): a rebuild of build/ while
 # this runs must neither break the run nor mix two versions in one table.
@@ -57,10 +65,12 @@ trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/bin"
 for w in $WORKLOADS; do cp "$BIN/$w" "$TMP/bin/$w" || exit 1; done
 BIN=$TMP/bin
-HAKMEM_LIB= SECURE_LIB=
+HAKMEM_LIB= SECURE_LIB= PROFILE_LIB=
 [ -e "$BUILD/libhakmem.so" ] && cp -L "$BUILD/libhakmem.so" "$TMP/libhakmem.so" && HAKMEM_LIB=$TMP/libhakmem.so
 [ -e "$BUILD/libhakmem-secure.so" ] && cp -L "$BUILD/libhakmem-secure.so" "$TMP/libhakmem-secure.so" &&
   SECURE_LIB=$TMP/libhakmem-secure.so
+[ -e "$BUILD/libhakmem-profile.so" ] && cp -L "$BUILD/libhakmem-profile.so" "$TMP/libhakmem-profile.so" &&
+  PROFILE_LIB=$TMP/libhakmem-profile.so
 
 # ---- allocators -----------------------------------------------------------
 find_lib() { # soname, then fixed Debian paths
@@ -72,8 +82,8 @@ find_lib() { # soname, then fixed Debian paths
   echo "$p"
 }
 # One configuration per entry: name, LD_PRELOAD, environment (VAR=value words,
-# passed through env) and the workloads it runs: all, "phases" only, or every
-# workload but phases ("-phases").
+# passed through env) and the workloads it runs: all, one workload ("phases"),
+# or every workload but those named ("-phases -real").
 ALLOCS=() LIBS=() ENVS=() SCOPES=() SKIPPED=()
 add_alloc() { # name path-or-empty(glibc) reason-if-missing [env [scope]]
   local name=$1 lib=$2
@@ -86,10 +96,19 @@ add_alloc() { # name path-or-empty(glibc) reason-if-missing [env [scope]]
   ALLOCS+=("$name") LIBS+=("$lib") ENVS+=("${4:-}") SCOPES+=("${5:-all}")
 }
 runs_on() { # allocator index, workload: does that configuration run it?
-  case ${SCOPES[$1]} in all) return 0 ;; -*) [ "-$2" != "${SCOPES[$1]}" ] ;; *) [ "$2" = "${SCOPES[$1]}" ] ;; esac
+  case ${SCOPES[$1]} in all) return 0 ;; -*) [[ " ${SCOPES[$1]} " != *" -$2 "* ]] ;; *) [ "$2" = "${SCOPES[$1]}" ] ;; esac
 }
 add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
-add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)" "" -phases
+# The hardened build's price is measured on the small-block workloads; the
+# real programs, random_sizes (its time is in hakmem's large-block paths, the
+# same in both builds) and the syscall pass leave it out.
+add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)" "" \
+  "-phases -real -random_sizes"
+# The heap profiler's price at its default rate: the profiling library (what
+# `hakmem run --profile` preloads) with HAKMEM_PROFILE set, on the same rows
+# and random_sizes.
+add_alloc hakmem-profile "$PROFILE_LIB" "$BUILD/libhakmem-profile.so not built" "HAKMEM_PROFILE=$TMP/profile.%p.heap" \
+  "-phases -real"
 # hakmem's learned Large/Huge strategy, for the phases workload only: learning
 # with all weight on memory (w0) or on time (w100), and each strategy pinned
 # (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50;
@@ -109,8 +128,13 @@ for s in "${SKIPPED[@]}"; do echo "run.sh: skipped $s" >&2; done
 
 # ---- cases: "workload|case label|arguments[|at most N rounds]" ----------------
 # phases: six phases of 1 s under 12 configurations is 72 s a round, so the
-# full mode gives it 3 rounds (about 3.5 minutes), not 5.
+# full mode gives it 3 rounds, not 5; so do the slowest of the others (the
+# memory cases, which wait a second each, large, the heap sizes, the real
+# programs): what they measure varies less from run to run than the time.
+# random_sizes cases labelled "heap ..." form the heap-size scaling table:
+# the same workload at three live sizes (report.py finds them by that label).
 if [ $MODE = full ]; then
+  RS="min=16 max=262144 seed=1"
   CASES=(
     "larson|1 thr, 8-1024 B, 1 s|seconds=1 threads=1 min=8 max=1024 chunks=1000 rounds=100 seed=1"
     "larson|2 thr, 8-1024 B, 1 s|seconds=1 threads=2 min=8 max=1024 chunks=1000 rounds=100 seed=1"
@@ -119,36 +143,55 @@ if [ $MODE = full ]; then
     "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 60k cycles|threads=4 cycles=60000 slots=256 seed=1"
     "mid_large_mt|1 thr, 8-32 KiB, 256 slots, 600k cycles|threads=1 cycles=600000 slots=256 seed=1"
     "mid_large_mt|2 thr, 8-32 KiB, 256 slots, 300k cycles|threads=2 cycles=300000 slots=256 seed=1"
-    "memory|1M x 16 B|count=1000000 size=16 settle_ms=1000"
-    "memory|10M x 16 B|count=10000000 size=16 settle_ms=1000"
-    "memory|100k x 1 KiB|count=100000 size=1024 settle_ms=1000"
-    "memory|churn 5 x 1 GiB, 16 B-4 MiB|size=16 max=4194304 total_mb=1024 rounds=5 settle_ms=1000"
+    "mid_large_mt|2 thr, 8-32 KiB, 256 slots, 3M cycles|threads=2 cycles=3000000 slots=256 seed=1"
+    "memory|1M x 16 B|count=1000000 size=16 settle_ms=1000|3"
+    "memory|10M x 16 B|count=10000000 size=16 settle_ms=1000|3"
+    "memory|100k x 1 KiB|count=100000 size=1024 settle_ms=1000|3"
+    "memory|churn 5 x 1 GiB, 16 B-4 MiB|size=16 max=4194304 total_mb=1024 rounds=5 settle_ms=1000|3"
     "cross_thread|1 pair, 16-1024 B|pairs=1 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=20 seed=1"
-    "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1"
+    "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1|3"
+    "random_sizes|1 thr, 16 B-256 KiB, 2048 slots|threads=1 slots=2048 ops=100000 $RS"
+    "random_sizes|2 thr, 16 B-256 KiB, 2048 slots|threads=2 slots=2048 ops=100000 $RS"
+    "random_sizes|heap 16 MiB, 1 thr|threads=1 live_mb=16 ops=50000 $RS|3"
+    "random_sizes|heap 256 MiB, 1 thr|threads=1 live_mb=256 ops=50000 $RS|3"
+    "random_sizes|heap 4 GiB, 1 thr|threads=1 live_mb=4096 ops=50000 $RS|3"
+    "sparse_burst|64 x 256 KiB-8 MiB, 1/64 used, 200 bursts|bursts=200 blocks=64 min=262144 max=8388608 part=64 seed=1"
+    "prodcons|1 pair, 16-256 B, 10M blocks|blocks=10000000 min=16 max=256 ring=4096 batch=32 seed=1"
+    "false_sharing|scratch, 2 thr, 8 B|mode=scratch threads=2 iters=4000 writes=10000 size=8"
+    "false_sharing|thrash, 2 thr, 8 B|mode=thrash threads=2 iters=4000 writes=10000 size=8"
+    "bignum|1 thr, 2-64 limbs, 256 live|threads=1 live=256 ops=2000000 seed=1"
+    "bignum|2 thr, 2-64 limbs, 256 live|threads=2 live=256 ops=2000000 seed=1"
+    "thread_churn|100 rounds x 8 thr|rounds=100 threads=8 blocks=2000 handed=200 min=16 max=1024 seed=1"
+    "thread_churn|400 rounds x 2 thr|rounds=400 threads=2 blocks=2000 handed=200 min=16 max=1024 seed=1"
+    "slow_leak|16 B-4 KiB, 1 in 64 kept, 3M ops|ops=3000000 window=4096 keep=64 min=16 max=4096 seed=1"
+    "real|gcc -O2, 1000 functions|prog=gcc|3"
+    "real|sqlite3, 200k rows, 2 indexes|prog=sqlite|3"
+    "real|lua5.4, 1M-entry table|prog=lua|3"
+    "real|perl, 250k-key hash|prog=perl|3"
+    "real|python3, 400k-key dict|prog=python|3"
+    "real|redis, 4 x 150k requests|prog=redis|3"
     "phases|6 phases x 1 s|phase=1.0 seed=1|3")
   FP_N1=1000 FP_N2=21000
 elif [ $MODE = scale ]; then # the threaded cases at more threads (cross_thread: threads / 2 pairs; mid_large_mt
-  # runs 300k cycles, not 60k: on a 16-core VM, 60k-cycle runs (30-50 ms) spread over 3x)
+  # runs 300k cycles, not 60k: on a 16-core VM, 60k-cycle runs spread widely)
   CASES=()
   for t in 4 8 16; do CASES+=("larson|$t thr, 8-1024 B, 1 s|seconds=1 threads=$t min=8 max=1024 chunks=1000 rounds=100 seed=1"); done
   for t in 4 8 16; do CASES+=("random_mixed|$t thr, 16-1024 B, 2048 slots|threads=$t slots=2048 steps=5000000 min=16 max=1024 seed=1"); done
   for t in 4 8 16; do CASES+=("mid_large_mt|$t thr, 8-32 KiB, 256 slots, 300k cycles|threads=$t cycles=300000 slots=256 seed=1"); done
   for t in 4 8 16; do CASES+=("cross_thread|$((t / 2)) pairs, 16-1024 B|pairs=$((t / 2)) blocks=5000000 min=16 max=1024 ring=1024 seed=1"); done
-  FASTPATH=0
-else # quick: same shapes, smaller counts (same parameters as the CTest quick forms)
-  CASES=(
-    "larson|4 thr, 8-1024 B, 0.5 s|seconds=0.5 threads=4 min=8 max=1024 chunks=1000 rounds=100 seed=1"
-    "random_mixed|4 thr, 16-1024 B, 2048 slots|threads=4 slots=2048 steps=2000000 min=16 max=1024 seed=1"
-    "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 60k cycles|threads=4 cycles=60000 slots=256 seed=1"
-    "memory|1M x 16 B|count=1000000 size=16 settle_ms=0"
-    "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=2000000 min=16 max=1024 ring=1024 seed=1"
-    "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=4 seed=1"
-    "large|64 KiB-64 MiB, 8 slots|iters=100 slots=8 min=65536 max=67108864 seed=1"
-    "phases|6 phases x 0.25 s|phase=0.25 seed=1")
+  FASTPATH=0 SYSCALLS=0
+else # quick: each workload's quick form, as CMake lists it (the CTest forms)
+  CASES=()
+  while IFS='|' read -r w label args; do
+    [ -n "$label" ] && CASES+=("$w|$label|$args")
+  done <"$LIST"
   FP_N1=200 FP_N2=2200
 fi
+for c in "${CASES[@]}"; do
+  [[ " $WORKLOADS " == *" ${c%%|*} "* ]] || { echo "run.sh: case for ${c%%|*}, which $LIST does not list" >&2; exit 2; }
+done
 if [ -n "$ONLY" ]; then
   KEEP=()
   for c in "${CASES[@]}"; do [[ " $ONLY " == *" ${c%%|*} "* ]] && KEEP+=("$c"); done
@@ -156,8 +199,27 @@ if [ -n "$ONLY" ]; then
   [[ " $ONLY " == *" fastpath "* ]] || FASTPATH=0
 fi
 
+# Real programs: inputs and reference outputs made once, outside the timing;
+# a program that is not installed drops its case.
+export BENCH_REAL_DIR=$TMP/real
+KEEP=()
+for c in "${CASES[@]}"; do
+  IFS='|' read -r w label args maxr <<<"$c"
+  if [ "$w" = real ]; then
+    # shellcheck disable=SC2086
+    "$BIN/real" $args prepare=1 2>"$TMP/err"
+    case $? in
+      0) ;;
+      3) SKIPPED+=("real: $label ($(tail -1 "$TMP/err"))"); echo "run.sh: skipped real: $label" >&2; continue ;;
+      *) echo "run.sh: preparing real $args failed: $(tail -3 "$TMP/err")" >&2; exit 1 ;;
+    esac
+  fi
+  KEEP+=("$c")
+done
+CASES=("${KEEP[@]}")
+
 CSV=$OUT/latest.csv
-echo "mode,round,workload,case,allocator,status,exit,peak_rss_kib,wall_s,result,env" >"$CSV"
+echo "mode,round,workload,case,allocator,status,exit,peak_rss_kib,wall_s,result,env,others_pct" >"$CSV"
 csvq() { printf '"%s"' "${1//\"/\"\"}"; }
 
 # ---- timed runs, interleaved -------------------------------------------------
@@ -169,7 +231,41 @@ for r in $(seq 1 "$ROUNDS"); do
     for i in "${!ALLOCS[@]}"; do runs_on "$i" "$w" && total=$((total + 1)); done
   done
 done
-T0=$(date +%s)
+# CPU seconds the whole machine has been busy (all processors, /proc/stat)
+busy_s() { awk -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%.2f\n", ($2 + $3 + $4 + $7 + $8 + $9) / hz; exit }' /proc/stat; }
+# CPU seconds of this script's finished children: bash's `times` (second
+# line), run in this shell (a command substitution's would count its own)
+ours_s() { awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } printf "%.3f\n", s }' "$TMP/times"; }
+# others_pct <busy0> <ours0> <seconds>: what other programs took of all
+# processors since then, in %; `times >"$TMP/times"` must have run just before,
+# in this shell
+others_pct() {
+  awk -v b="$(busy_s)" -v b0="$1" -v o="$(ours_s)" -v o0="$2" -v w="$3" -v n="$(nproc)" \
+    'BEGIN { x = w > 0 ? 100 * ((b - b0) - (o - o0)) / (w * n) : 0; printf "%.0f", x < 0 ? 0 : x }'
+}
+# Before a timed run, wait (at most a minute, and QUIET_WAIT seconds over the
+# whole run) until other programs leave the processors alone for a moment: a
+# run that shares them with a build or a test suite measures that, not the
+# allocator.
+quiet_gate() {
+  local waited=0 b0 o0 l1 l5 l15 run
+  # nothing running at this instant but this shell (reading with a builtin):
+  # go on without sampling
+  read -r l1 l5 l15 run _ </proc/loadavg
+  [ "${run%/*}" -le 1 ] && return
+  while [ "$waited" -lt 60 ] && [ "$QUIET_WAIT" -gt 0 ]; do
+    times >"$TMP/times"
+    b0=$(busy_s) o0=$(ours_s)
+    sleep 0.3
+    times >"$TMP/times"
+    [ "$(others_pct "$b0" "$o0" 0.3)" -le 10 ] && return
+    [ "$waited" = 0 ] && echo "run.sh: waiting for other programs to leave the processors (${QUIET_WAIT} s left to wait)" >&2
+    sleep 2
+    waited=$((waited + 3)) QUIET_WAIT=$((QUIET_WAIT - 3))
+  done
+}
+times >"$TMP/times"
+T0=$(date +%s) BUSY0=$(busy_s) OURS0=$(ours_s)
 for r in $(seq 1 "$ROUNDS"); do
   for c in "${CASES[@]}"; do
     IFS='|' read -r w label args maxr <<<"$c"
@@ -177,11 +273,15 @@ for r in $(seq 1 "$ROUNDS"); do
     for i in "${!ALLOCS[@]}"; do
       runs_on "$i" "$w" || continue
       a=${ALLOCS[$i]} lib=${LIBS[$i]} envs=${ENVS[$i]} n=$((n + 1))
-      t1=$(date +%s.%N)
+      quiet_gate
+      times >"$TMP/times"
+      b1=$(busy_s) o1=$(ours_s) t1=$(date +%s.%N)
       # shellcheck disable=SC2086
       /usr/bin/time -f %M -o "$TMP/rss" timeout 300 env $envs LD_PRELOAD="$lib" "$BIN/$w" $args >"$TMP/out" 2>"$TMP/err"
       rc=$?
       wall=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+      times >"$TMP/times"
+      others=$(others_pct "$b1" "$o1" "$wall")
       res=$(grep '^bench=' "$TMP/out" | tail -1)
       rss=$(tail -1 "$TMP/rss" 2>/dev/null)
       [[ $rss =~ ^[0-9]+$ ]] || rss=
@@ -189,12 +289,57 @@ for r in $(seq 1 "$ROUNDS"); do
       elif [ $rc -eq 124 ]; then st=TIMEOUT
       else st=FAIL; fi
       [ $st = ok ] || res="$res $(tail -c 300 "$TMP/err" | tr '\n"' ' _')"
-      echo "$MODE,$r,$w,$(csvq "$label"),$a,$st,$rc,$rss,$(printf %.2f "$wall"),$(csvq "$res"),$(csvq "$envs")" >>"$CSV"
+      echo "$MODE,$r,$w,$(csvq "$label"),$a,$st,$rc,$rss,$(printf %.2f "$wall"),$(csvq "$res"),$(csvq "$envs"),$others" >>"$CSV"
       fig=$(grep -o 'ops_per_sec=[0-9.]*\|overhead_pct=[-0-9.]*\|total_sys_ms=[0-9.]*\|total_xs=[-0-9.]*' <<<"$res" | head -2 | tr '\n' ' ')
-      printf '[%3d/%d] round %d %-13s %-13s %-7s %s rss=%sK %.1fs\n' $n $total "$r" "$w" "$a" "$st" "$fig" "$rss" "$wall" >&2
+      printf '[%3d/%d] round %d %-13s %-13s %-7s %s rss=%sK %.1fs others=%s%%\n' $n $total "$r" "$w" "$a" "$st" "$fig" "$rss" "$wall" "$others" >&2
     done
   done
 done
+
+# ---- system calls: each case once per allocator under strace, untimed -------
+# Counts of the memory-management calls (mmap, munmap, madvise, mremap,
+# mprotect, brk), all threads and children together.  --seccomp-bpf stops the
+# tracee only at those calls, so yield-heavy workloads are not slowed by the
+# others.  Real programs trace only the measured program (real.sh does it);
+# phases configurations and hakmem-secure are left out.  Workloads that run
+# for a set time (larson, phases) count more calls when they run faster.
+SYSCSV=$OUT/latest-syscalls.csv
+rm -f "$SYSCSV"
+if [ "$SYSCALLS" = 1 ] && [ $MODE != scale ]; then
+  if ! command -v strace >/dev/null; then
+    echo "run.sh: strace not installed: no syscall counts" >&2
+  else
+    echo "mode,workload,case,allocator,status,result" >"$SYSCSV"
+    sb=
+    strace -f --seccomp-bpf -o /dev/null true 2>/dev/null && sb=--seccomp-bpf
+    for c in "${CASES[@]}"; do
+      IFS='|' read -r w label args maxr <<<"$c"
+      for i in "${!ALLOCS[@]}"; do
+        a=${ALLOCS[$i]} lib=${LIBS[$i]}
+        runs_on "$i" "$w" && [ -z "${ENVS[$i]}" ] && [ "$a" != hakmem-secure ] || continue
+        st=$TMP/strace
+        rm -f "$st"
+        # shellcheck disable=SC2086
+        if [ "$w" = real ]; then
+          BENCH_STRACE=$st timeout 300 env LD_PRELOAD="$lib" "$BIN/$w" $args >"$TMP/out" 2>"$TMP/err"
+        else
+          timeout 300 strace -f $sb -c -o "$st" -e trace=memory ${lib:+-E "LD_PRELOAD=$lib"} "$BIN/$w" $args \
+            >"$TMP/out" 2>"$TMP/err"
+        fi
+        rc=$?
+        if [ $rc -eq 0 ] && grep -q 'check=ok' "$TMP/out" && [ -s "$st" ]; then
+          # strace -c rows: "% time, seconds, usecs/call, calls, [errors,] syscall"
+          res=$(awk '$NF ~ /^(mmap|munmap|madvise|mremap|mprotect|brk)$/ { printf "%s=%s ", $NF, $4 }' "$st")
+          stat=ok
+        else
+          res= stat=FAIL
+        fi
+        echo "$MODE,$w,$(csvq "$label"),$a,$stat,$(csvq "bench=syscalls $res")" >>"$SYSCSV"
+        printf '[syscalls] %-13s %-9s %-40s %s %s\n' "$w" "$a" "$label" "$stat" "$res" >&2
+      done
+    done
+  fi
+fi
 
 # ---- fastpath instruction counts under callgrind (deterministic: parallel) ----
 if [ $FASTPATH = 1 ]; then
@@ -245,7 +390,7 @@ if [ $FASTPATH = 1 ]; then
           st=FAIL; echo "run.sh: $a: LD_PRELOAD did not apply under valgrind ($(grep -o 'malloc_from=[^ ]*' "$f2"))" >&2
         fi
         res="bench=fastpath-callgrind size=$s iters1=$FP_N1 iters2=$FP_N2 collected1=$c1 collected2=$c2 instr_per_pair=$ipp alloc_per_pair=${app:-n/a} $(grep -o 'malloc_from=[^ ]*' "$f2")"
-        echo "$MODE,1,fastpath,$(csvq "$s B"),$a,$st,,,,$(csvq "$res")," >>"$CSV"
+        echo "$MODE,1,fastpath,$(csvq "$s B"),$a,$st,,,,$(csvq "$res"),," >>"$CSV"
         printf '[fastpath] %-9s %5s B  %s instructions per malloc+free pair, %s in the allocator\n' "$a" "$s" "${ipp:-FAIL}" "${app:-?}" >&2
       done
     done
@@ -253,10 +398,15 @@ if [ $FASTPATH = 1 ]; then
 fi
 
 # ---- report --------------------------------------------------------------------
-MACHINE="nproc $(nproc); $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); kernel $(uname -r); $(date -u '+%Y-%m-%d %H:%M UTC')"
+# The machine's busy time less this run's own: what other programs took from
+# the run, as a share of all processors over its wall time (the date stays
+# last: history.md takes it from there).
+times >"$TMP/times"
+OTHERS=$(others_pct "$BUSY0" "$OURS0" $(( $(date +%s) - T0 )))
+MACHINE="nproc $(nproc); $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); kernel $(uname -r); other programs used $OTHERS % of the processors during the run; $(date -u '+%Y-%m-%d %H:%M UTC')"
 VERSIONS="$(dpkg-query -W -f '${Package} ${Version}, ' libc6 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 2>/dev/null)hakmem $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo '+dirty')"
 SKIPS=$(IFS=';'; echo "${SKIPPED[*]:-}")
-python3 "$ROOT/bench/report.py" --csv "$CSV" --out "$OUT" --tmp "$TMP" --mode $MODE --rounds "$ROUNDS" \
+python3 "$ROOT/bench/report.py" --csv "$CSV" --syscalls "$SYSCSV" --out "$OUT" --tmp "$TMP" --mode $MODE --rounds "$ROUNDS" \
   --machine "$MACHINE" --versions "$VERSIONS" --skipped "$SKIPS" --seconds $(( $(date +%s) - T0 )) || exit 1
 if command -v gnuplot >/dev/null; then
   gnuplot "$TMP/latest.gp" || echo "run.sh: gnuplot failed" >&2
