@@ -314,9 +314,10 @@ static void usage_of_run(void *ctx, run_t run, bool free) {
   region_t *r = region_of(p);
   slab_t *d = &r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)];
   if (free) u->free += n;
-  else if (((uintptr_t)p & (UNIT_SIZE - 1)) == 0 && d->head == d && atomic_load_explicit(&d->owner, memory_order_relaxed))
+  else if (((uintptr_t)p & (UNIT_SIZE - 1)) == 0 && d->head == d && atomic_load_explicit(&d->owner, memory_order_relaxed)) {
     u->slabs += n;
-  else {
+    u->slab_used += MIN(n, (size_t)__atomic_load_n(&d->used, __ATOMIC_RELAXED) * d->bsize);
+  } else {
     u->runs += n;
     if (run_cached(run)) u->cached += n;
   }

@@ -109,6 +109,7 @@ void region_release(region_t *r, uint64_t now);
 typedef struct {
   size_t meta;   /* its header */
   size_t slabs;  /* slab spans */
+  size_t slab_used; /* of slabs: blocks handed out, by their descriptors (an estimate: remote frees not yet collected count) */
   size_t runs;   /* allocated runs that are not slabs: Large blocks, live or cached */
   size_t cached; /* of runs: those in a run cache (freed) */
   size_t free;   /* free runs */

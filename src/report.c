@@ -185,9 +185,9 @@ static void resident_measure(resident_t *r) {
   for (heap_t *h = heap_all(); h; h = h->next_all) heap_usage(h, &u);
   int64_t small = 0;
   for (unsigned row = 0; row < NUM_CLASSES; row++) small += LOAD(hak_stats.rows[row].live_bytes);
-  /* live blocks in slabs are counted with statistics on; their pages may
-   * not all be resident */
-  size_t in_slabs = small > 0 ? MIN((size_t)small, u.slabs) : 0;
+  /* live blocks in slabs: counted exactly with statistics on, else read
+   * from the slabs' descriptors; their pages may not all be resident */
+  size_t in_slabs = hak_stats_enabled ? (small > 0 ? MIN((size_t)small, u.slabs) : 0) : u.slab_used;
   size_t huge_live, huge_cached, huge_meta;
   huge_resident(&huge_live, &huge_cached, &huge_meta);
   r->live = in_slabs + (u.runs - u.cached) + huge_live;

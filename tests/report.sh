@@ -4,7 +4,8 @@
 #   stats_json     HAKMEM_STATS=json: one object at exit (to HAKMEM_STATS_FILE,
 #                  %p expanded) and from hak_stats_json, read by python3 -m
 #                  json.tool; the resident parts add up to the total within
-#                  10 %, and the live part holds what the probe holds
+#                  10 %, and the live part holds what the probe holds (with
+#                  HAKMEM_STATS and without)
 #   stats_closed   the report at exit reaches stderr when the program closed it
 #   stats_file     a HAKMEM_STATS_FILE that cannot be opened: one line, no crash
 #   profile_sites  five functions hold 64..4 MiB: the profile ranks them, each
@@ -55,6 +56,9 @@ stats_json)
   exits=("$WORK"/exit.*.json)
   [ -f "${exits[0]}" ] || fail "no report at exit in HAKMEM_STATS_FILE"
   [ -f "${exits[0]}" ] && check_json "${exits[0]}" 0
+  # without HAKMEM_STATS nothing counts blocks: the live part comes from the slabs
+  run "$PROBE" json >"$WORK/call-uncounted.json" 2>"$WORK/err" || fail "exit status $?"
+  check_json "$WORK/call-uncounted.json" "${live:-0}"
   ;;
 stats_closed)
   HAKMEM_STATS=1 run "$PROBE" closed 2>"$WORK/err" || fail "exit status $?"
