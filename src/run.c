@@ -1,6 +1,15 @@
 /* Runs of pages: bins of free runs, merging, the dirty list. */
 #include "run.h"
 
+hak_inline run_node_t *node_at(const run_chunk_t *c, uint32_t page) {
+  return &c->node[page % RUN_NODE_GROUP * c->rows + page / RUN_NODE_GROUP];
+}
+
+hak_inline uint32_t node_page(const run_chunk_t *c, const run_node_t *x) {
+  uint32_t i = (uint32_t)(x - c->node);
+  return i % c->rows * RUN_NODE_GROUP + i / c->rows;
+}
+
 _Atomic size_t run_dirty_bytes;
 _Atomic uint64_t run_dirty_grew_ms;
 
@@ -92,7 +101,7 @@ static void set_free_start(run_chunk_t *c, uint32_t i, bool on) {
 static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint32_t dlo, uint32_t dhi,
                         run_node_t *after, bool at_tail) {
   run_heap_t *h = c->heap;
-  run_node_t *x = &c->node[s];
+  run_node_t *x = node_at(c, s);
   if (t && dlo >= dhi) t = 0;
   c->len[s] = n;
   c->last_of[s + n - 1] = s;
@@ -118,7 +127,7 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
  * before it on the dirty list (where its pieces go back). */
 static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
   run_heap_t *h = c->heap;
-  run_node_t *x = &c->node[s], *before = NULL;
+  run_node_t *x = node_at(c, s), *before = NULL;
   uint32_t n = c->len[s];
   set_free_start(c, s, false);
   bin_remove(h, x, n);
@@ -165,6 +174,7 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   c->last_of = (uint32_t *)m;
   m += (size_t)pages * sizeof(uint32_t);
   c->node = (run_node_t *)m;
+  c->rows = (pages + RUN_NODE_GROUP - 1) / RUN_NODE_GROUP;
   /* the node and last_of entries are set before they are read; these two
    * are read as they are */
   __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
@@ -207,7 +217,7 @@ static run_node_t *find(run_heap_t *h, uint32_t n) {
   if (sure != b) { /* runs of exactly n or a little more share bin b with shorter ones */
     int looked = 0;
     for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++)
-      if (x->chunk->len[x - x->chunk->node] >= n) return x;
+      if (x->chunk->len[node_page(x->chunk, x)] >= n) return x;
   }
   unsigned found = bin_next(h, sure);
   if (found == RUN_BINS) return NULL;
@@ -233,7 +243,7 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
     int looked = 0;
     for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++) {
       run_chunk_t *c = x->chunk;
-      uint32_t s = (uint32_t)(x - c->node);
+      uint32_t s = node_page(c, x);
       if (aligned_page(c, s, align) + n <= s + c->len[s]) return x;
     }
   }
@@ -245,7 +255,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) {
   run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
   if (x == NULL) return false;
   run_chunk_t *c = x->chunk;
-  uint32_t s = (uint32_t)(x - c->node), m = c->len[s], lo = x->dlo, hi = x->dhi;
+  uint32_t s = node_page(c, x), m = c->len[s], lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   uint32_t at = s;
   if (align > 1) {
@@ -260,7 +270,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) {
    * the head, both where the run was */
   if (at > s) {
     free_piece(c, s, at - s, t, lo, hi, before);
-    if (c->node[s].dirty_ms) before = &c->node[s];
+    if (node_at(c, s)->dirty_ms) before = node_at(c, s);
   }
   free_piece(c, at + n, s + m - at - n, t, lo, hi, before);
   c->len[at] = n;
@@ -283,7 +293,7 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   if (s > 0) {
     uint32_t f = c->last_of[s - 1];
     if (f < s && free_start(c, f) && f + c->len[f] == s) {
-      run_node_t *x = &c->node[f];
+      run_node_t *x = node_at(c, f);
       if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
       free_remove(c, f);
       c->len[s] = 0;
@@ -293,7 +303,7 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   }
   uint32_t r2 = s + n;
   if (r2 < c->limit && free_start(c, r2)) {
-    run_node_t *x = &c->node[r2];
+    run_node_t *x = node_at(c, r2);
     if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
     uint32_t rn = c->len[r2];
     free_remove(c, r2);
@@ -309,7 +319,7 @@ bool run_grow(run_t *r, uint32_t n, bool *dirty) {
   uint32_t end = r->page + r->pages, want = n - r->pages;
   if (n <= r->pages) return true;
   if (end >= c->limit || !free_start(c, end) || c->len[end] < want) return false;
-  run_node_t *x = &c->node[end];
+  run_node_t *x = node_at(c, end);
   uint32_t m = c->len[end], lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   run_node_t *before = free_remove(c, end);
@@ -351,7 +361,7 @@ run_t run_at(run_chunk_t *c, uint32_t page) {
  * time it was freed (never 0), pages (dlo) its length. */
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages) {
   if (k->n[cls] >= max_n || k->pages + r.pages > max_pages) return false;
-  run_node_t *x = &r.chunk->node[r.page];
+  run_node_t *x = node_at(r.chunk, r.page);
   x->chunk = r.chunk;
   x->dirty_ms = now ? now : 1;
   x->next = k->top[cls];
@@ -363,7 +373,7 @@ bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_
 
 static run_t cached_run(run_node_t *x) {
   run_chunk_t *c = x->chunk;
-  uint32_t s = (uint32_t)(x - c->node);
+  uint32_t s = node_page(c, x);
   return (run_t){.chunk = c, .page = s, .pages = c->len[s], .dirty = true};
 }
 
@@ -397,9 +407,9 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
   return left;
 }
 
-bool run_cached(run_t r) { return r.chunk->node[r.page].dirty_ms != 0; }
+bool run_cached(run_t r) { return node_at(r.chunk, r.page)->dirty_ms != 0; }
 
-void run_uncache(run_t r) { r.chunk->node[r.page].dirty_ms = 0; }
+void run_uncache(run_t r) { node_at(r.chunk, r.page)->dirty_ms = 0; }
 
 /* ---- purging -------------------------------------------------------------------------- */
 
@@ -407,7 +417,7 @@ bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, ru
   run_node_t *x = h->dirty_head;
   if (x == NULL || (now - x->dirty_ms < delay && h->dirty_pages <= keep)) return false;
   run_chunk_t *c = x->chunk;
-  uint32_t s = (uint32_t)(x - c->node), n = c->len[s], lo = x->dlo, hi = x->dhi;
+  uint32_t s = node_page(c, x), n = c->len[s], lo = x->dlo, hi = x->dhi;
   free_remove(c, s);
   c->used += n;
   *out = (run_t){.chunk = c, .page = s, .pages = n, .dirty = true, .dlo = lo, .dhi = hi};

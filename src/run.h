@@ -39,7 +39,8 @@ struct run_chunk_s {
   uint32_t *len;       /* at a run's first page (free or allocated): its length; 0 inside runs */
   uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
   uint64_t *free_bits; /* bit i: page i starts a free run */
-  run_node_t *node;    /* page i's node */
+  run_node_t *node;    /* the pages' nodes, by group (run.c's node_at) */
+  uint32_t rows;       /* nodes a group: pages rounded up to RUN_NODE_GROUP, over it */
   run_heap_t *heap;
   run_chunk_t *next, *prev; /* the heap's chunks */
 };
@@ -70,9 +71,15 @@ typedef struct {
   uint32_t dlo, dhi;  /* run_purge_take: the stretch to purge */
 } run_t;
 
+/* Nodes are stored by page number modulo RUN_NODE_GROUP, so that the nodes of
+ * pages a unit apart (where slabs start and split free runs) sit together and
+ * most node pages are never touched. */
+#define RUN_NODE_GROUP 16
+
 /* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
-#define RUN_CHUNK_META_BYTES(pages) \
-  ((size_t)(pages) * (sizeof(run_node_t) + 2 * sizeof(uint32_t)) + ((size_t)(pages) + 63) / 64 * sizeof(uint64_t))
+#define RUN_CHUNK_META_BYTES(pages)                                                                       \
+  (((size_t)(pages) + RUN_NODE_GROUP - 1) / RUN_NODE_GROUP * RUN_NODE_GROUP * sizeof(run_node_t) +      \
+   (size_t)(pages) * 2 * sizeof(uint32_t) + ((size_t)(pages) + 63) / 64 * sizeof(uint64_t))
 hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_BYTES(pages); }
 
 void run_heap_init(run_heap_t *h, unsigned page_shift, bool counted);
