@@ -95,6 +95,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   } else if (HAKMEM_PROFILING) {
     heap->sample_left = INT64_MAX; /* not profiling: the count never runs out */
   }
+  if (size > SMALL_MAX) learn_tick(size);
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
     if (tries && !purge_release_cached()) break; /* out of address space: unmap the caches, once */
     if (size <= SMALL_MAX && align <= MIN_ALIGN) {
@@ -102,7 +103,6 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
       if (p && zero) memset(p, 0, size);
       continue;
     }
-    if (size > SMALL_MAX) learn_tick(size);
     if (size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
     if (p == NULL) p = huge_alloc(size, align, zero);
   }

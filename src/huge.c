@@ -120,7 +120,7 @@ static size_t arenas_unmap_empty(void) {
     arena_t *a = gone[i];
     size_t units = a->size >> UNIT_BITS;
     region_space_free(a->base, a->size, a->size);
-    os_unmap(a, os_page_round(sizeof(arena_t) + run_chunk_meta_bytes((uint32_t)units) + units * sizeof(size_t)));
+    os_unmap(a, arena_meta_bytes(units));
   }
   return n;
 }

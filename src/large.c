@@ -50,6 +50,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   if (ok) run_uncache(r);
   heap_unlock(heap);
   if (!ok) return NULL;
+  bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */
   char *p = run_addr(r);
   if (zero && r.dirty) {
     if (bytes >= CALLOC_PURGE_MIN) os_purge(p, bytes); /* reads zeros, and leaves untouched pages untouched */

@@ -43,7 +43,8 @@ static option_desc_t options[OPT_COUNT] = {
 
 extern char **environ;
 
-const char *options_getenv(const char *name) {
+/* The value of environment variable name, read without allocating, or NULL. */
+static const char *options_getenv(const char *name) {
   char **env = environ;
   if (env == NULL) return NULL;
   for (; *env; env++) {
@@ -57,7 +58,6 @@ const char *options_getenv(const char *name) {
 static long parse_long(const char *s, long def) {
   bool neg = false;
   long v = 0;
-  if (s[0] == 'j' && s[1] == 's' && s[2] == 'o' && s[3] == 'n' && s[4] == 0) return 2; /* HAKMEM_STATS=json */
   if (*s == '-') neg = true, s++;
   if (*s < '0' || *s > '9') { /* words for booleans */
     if ((s[0] == 'o' && s[1] == 'n') || s[0] == 'y' || s[0] == 't') return 1;
@@ -81,7 +81,8 @@ static void option_read(option_desc_t *o) {
     o->str[i] = 0;
     o->value = i > 0;
   } else {
-    o->value = s ? parse_long(s, o->def) : o->def;
+    bool json = o == &options[OPT_STATS] && s && s[0] == 'j' && s[1] == 's' && s[2] == 'o' && s[3] == 'n' && s[4] == 0;
+    o->value = json ? 2 : s ? parse_long(s, o->def) : o->def;
   }
   /* Before the C library sets up the environment, leave it unread. */
   if (environ != NULL) atomic_store_explicit(&o->state, 1, memory_order_release);

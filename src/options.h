@@ -37,7 +37,5 @@ bool hak_option_given(hak_option_t opt);
 /* Re-reads the options still unread (the environment may be missing during
  * early start-up). */
 void hak_options_init(void);
-/* The value of environment variable name, read without allocating, or NULL. */
-const char *options_getenv(const char *name);
 
 #endif
