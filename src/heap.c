@@ -525,14 +525,11 @@ void heap_fork_lock(bool lock) {
   if (!lock) hak_unlock(&heaps_lock);
 }
 
-/* Only the forking thread runs in the child; the other heaps stay held. */
+/* Only the forking thread runs in the child (after heap_fork_lock(false)). */
 void heap_fork_child(void) {
-  heap_fork_lock(false);
   atomic_store_explicit(&heaps_running, 1, memory_order_relaxed);
 }
 
-/* The heap goes to the abandoned list as it is, warm: its memory is purged
- * with the delay like any other's, and the next thread adopts it. */
 /* An abandoned heap keeps its partly used slabs and up to ABANDON_KEEP_BYTES
  * of free dirty pages warm for the thread that adopts it; the rest goes back
  * at once, since no thread of its own will reuse it before an adoption. */

@@ -37,7 +37,7 @@ struct heap_s {
   int64_t sample_left;              /* heap profiler: bytes before the next sample (alloc.c) */
   slab_t *direct[DIRECT_MAX / 8 + 1]; /* malloc's view by (size + 7) / 8: active[] of the size's class */
   slab_t *mid[SMALL_MAX / 256 + 1]; /* the same by (size + 255) / 256, for Mid sizes */
-  slab_t *active[NUM_CLASSES];      /* the fast path's view: a slab, or slab_empty */
+  slab_t *active[NUM_CLASSES];      /* the fast path's view: a slab, a sampling proxy, or &empty */
   slab_t *cur[NUM_CLASSES];         /* the slab each class allocates from; it holds one extra use */
   slab_queue_t queue[NUM_CLASSES];
   /* under lock: what other threads may touch (purging, large frees) */
@@ -49,8 +49,6 @@ struct heap_s {
   uint32_t carves;                  /* fresh carves by this heap */
   uint32_t carve_at[NUM_CLASSES];   /* the clock at each class's last carve */
   uint16_t carve_n[NUM_CLASSES];    /* blocks of the class's next carve; 0: not yet */
-  uint32_t slow_calls;              /* slow paths taken */
-  uint64_t tick_ms;                 /* the owner's last tick */
   uint64_t sparse_at_ms;            /* when the sparse slabs were last purged */
   _Atomic uint64_t active_ms;       /* when the owner last looked at the clock (remote wipes read it) */
   _Atomic uint32_t collects;        /* times the owner took its inbox (remote wipes read it) */
@@ -99,7 +97,7 @@ void heap_remote_full(slab_t *s, uint64_t word);
 void heap_tick(heap_t *heap, uint64_t now);
 
 /* Purges what heap h holds free and dirty for delay ms or more (free units,
- * free Large pages, idle slabs); with force, all of it. Any thread; skips a
+ * free Large pages, idle slabs); with delay 0, all of it. Any thread; skips a
  * heap whose lock is busy unless wait. Returns the bytes purged; *pending:
  * whether dirty memory remains. */
 size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pending);

@@ -52,12 +52,8 @@ static void fork_parent(void) {
 }
 
 static void fork_child(void) {
-  prof_fork_lock(false);
-  map_fork_lock(false);
-  region_fork_lock(false);
-  hak_unlock(&huge_lock);
+  fork_parent();
   heap_fork_child();
-  hak_unlock(&purge_lock);
   purge_fork_child();
   learn_fork_child();
 }

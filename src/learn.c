@@ -2,9 +2,7 @@
  *
  * A strategy is a complete setting of the knobs that trade time in the OS
  * for memory: how long freed units stay resident before madvise, how many
- * bytes of freed huge blocks the BigCache keeps and for how long, and how
- * much of a bigger cached run may stay resident with a huge block that
- * reuses it. Time runs
+ * bytes of freed huge blocks the BigCache keeps and for how long. Time runs
  * in epochs (HAKMEM_LEARN_EPOCH_MS and EPOCH_MIN_ALLOCS); each runs one
  * strategy and measures its cost (epoch_cost):
  *
@@ -144,7 +142,6 @@ int learn_current(void) { return strategy_now(); }
 void learn_start(int strategy) { policy_set(strategy); }
 int learn_resume(void) { return atomic_load_explicit(&resume, memory_order_relaxed); }
 double learn_rating(int s) { return L.rating[s]; }
-double learn_fault_us(void) { return L.fault_us; }
 
 void learn_reset(void) {
   for (int i = 0; i < STRATEGIES; i++) {

@@ -32,8 +32,6 @@ int learn_current(void);
  * program is active again; -1 otherwise. */
 int learn_resume(void);
 double learn_rating(int strategy);
-/* The price of a page fault measured here, in microseconds (0 before learning starts). */
-double learn_fault_us(void);
 
 void learn_print(out_t *o);
 void learn_fork_child(void);

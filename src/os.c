@@ -228,7 +228,6 @@ uint64_t os_minor_faults(void) {
   return (uint64_t)ru.ru_minflt;
 }
 
-long os_thread_id(void) { return SYS(SYS_gettid, 0, 0, 0, 0, 0, 0); }
 
 void os_yield(void) { SYS(SYS_sched_yield, 0, 0, 0, 0, 0, 0); }
 
@@ -247,13 +246,6 @@ void os_write_fd(int fd, const char *s, size_t len) {
   }
 }
 
-long os_read_file(const char *path, char *buf, size_t len) {
-  long fd = SYS(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0, 0, 0);
-  if (failed(fd)) return -1;
-  long n = SYS(SYS_read, fd, buf, len, 0, 0, 0);
-  SYS(SYS_close, fd, 0, 0, 0, 0, 0);
-  return failed(n) ? -1 : n;
-}
 
 int os_open_write(const char *path) {
   long fd = SYS(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644, 0, 0);
@@ -275,6 +267,14 @@ long os_read(int fd, char *buf, size_t len) {
 long os_getpid(void) { return SYS(SYS_getpid, 0, 0, 0, 0, 0, 0); }
 
 void os_close(int fd) { SYS(SYS_close, fd, 0, 0, 0, 0, 0); }
+
+long os_read_file(const char *path, char *buf, size_t len) {
+  int fd = os_open_read(path);
+  if (fd < 0) return -1;
+  long n = os_read(fd, buf, len);
+  os_close(fd);
+  return n;
+}
 
 int os_dup(int fd, int min) {
   long d = SYS(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min, 0, 0, 0);

@@ -78,7 +78,6 @@ uint64_t os_now_ms(void);
 uint64_t os_now_ns(void);
 /* Minor page faults of the whole process so far. */
 uint64_t os_minor_faults(void);
-long os_thread_id(void);
 void os_yield(void);
 void os_sleep_ms(unsigned ms);
 

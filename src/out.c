@@ -53,19 +53,6 @@ void out_hex(out_t *o, uintptr_t v) {
   }
 }
 
-void out_fixed(out_t *o, double v, int decimals) {
-  uint64_t scale = 1;
-  for (int i = 0; i < decimals; i++) scale *= 10;
-  uint64_t x = (uint64_t)(v * (double)scale + 0.5);
-  out_uint(o, x / scale, 0);
-  if (decimals == 0) return;
-  out_char(o, '.');
-  char tmp[20];
-  uint64_t frac = x % scale;
-  for (int i = decimals - 1; i >= 0; i--) tmp[i] = (char)('0' + frac % 10), frac /= 10;
-  for (int i = 0; i < decimals; i++) out_char(o, tmp[i]);
-}
-
 void out_pointer_line(const char *what, const void *p, const char *problem) {
   out_t o = OUT_FD(2);
   out_str(&o, "hakmem: ");

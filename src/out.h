@@ -24,8 +24,6 @@ void out_char(out_t *o, char c);
 void out_uint(out_t *o, uint64_t v, int width);
 void out_int(out_t *o, int64_t v);
 void out_hex(out_t *o, uintptr_t v);
-/* v with `decimals` digits after the point (v >= 0). */
-void out_fixed(out_t *o, double v, int decimals);
 /* Writes what is buffered; with a memory target, terminates the string.
  * Returns the total bytes written so far. */
 size_t out_flush(out_t *o);

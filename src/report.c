@@ -18,6 +18,15 @@
 #define STR(x) STR_(x)
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
+static const char *const os_call_name[OS_CALL_KINDS] = {"mmap", "munmap", "madvise", "mremap", "mprotect"};
+
+/* Bytes of live blocks in slabs, as the counters have them (statistics on). */
+static int64_t small_live(void) {
+  int64_t small = 0;
+  for (unsigned row = 0; row < NUM_CLASSES; row++) small += LOAD(hak_stats.rows[row].live_bytes);
+  return small;
+}
+
 static void print_row_name(out_t *o, unsigned row) {
   if (row == STAT_ROW_LARGE) out_str(o, "   large");
   else if (row == STAT_ROW_HUGE) out_str(o, "    huge");
@@ -48,13 +57,11 @@ static size_t resident_bytes(void) {
 /* Where the memory is: what the program holds, what hakmem keeps for reuse,
  * what it gave back. */
 static void print_memory(out_t *o) {
-  int64_t live = 0;
-  for (unsigned row = 0; row < STAT_ROWS; row++) live += LOAD(hak_stats.rows[row].live_bytes);
   size_t regions = LOAD(region_count), spans = LOAD(region_span_bytes);
   out_str(o, "memory (bytes):\n");
   print_bytes(o, "in slabs", spans);
   if (hak_stats_enabled) {
-    int64_t small = live - LOAD(hak_stats.rows[STAT_ROW_LARGE].live_bytes) - LOAD(hak_stats.rows[STAT_ROW_HUGE].live_bytes);
+    int64_t small = small_live();
     print_bytes(o, "  of which live blocks", (uint64_t)(small > 0 ? small : 0));
   }
   print_bytes(o, "in large blocks", LOAD(large_live_bytes));
@@ -67,11 +74,10 @@ static void print_memory(out_t *o) {
 }
 
 static void print_calls(out_t *o) {
-  static const char *const name[OS_CALL_KINDS] = {"mmap", "munmap", "madvise", "mremap", "mprotect"};
   out_str(o, "system calls:");
   for (int k = 0; k < OS_CALL_KINDS; k++) {
     out_str(o, " ");
-    out_str(o, name[k]);
+    out_str(o, os_call_name[k]);
     out_str(o, " ");
     out_uint(o, LOAD(os_calls[k]), 0);
   }
@@ -183,8 +189,7 @@ static void resident_measure(resident_t *r) {
   *r = (resident_t){.total = resident_bytes()};
   region_usage_t u = {0};
   for (heap_t *h = heap_all(); h; h = h->next_all) heap_usage(h, &u);
-  int64_t small = 0;
-  for (unsigned row = 0; row < NUM_CLASSES; row++) small += LOAD(hak_stats.rows[row].live_bytes);
+  int64_t small = small_live();
   /* live blocks in slabs: counted exactly with statistics on, else read
    * from the slabs' descriptors; their pages may not all be resident */
   size_t in_slabs = hak_stats_enabled ? (small > 0 ? MIN((size_t)small, u.slabs) : 0) : u.slab_used;
@@ -244,7 +249,6 @@ static void json_row(out_t *o, unsigned row) {
 }
 
 static void json_write(out_t *o) {
-  static const char *const call[OS_CALL_KINDS] = {"mmap", "munmap", "madvise", "mremap", "mprotect"};
   bool first = true;
   out_str(o, "{");
   json_key(o, &first, "version");
@@ -265,7 +269,7 @@ static void json_write(out_t *o) {
   json_key(o, &first, "syscalls");
   f = true;
   out_str(o, "{");
-  for (int k = 0; k < OS_CALL_KINDS; k++) json_uint(o, &f, call[k], LOAD(os_calls[k]));
+  for (int k = 0; k < OS_CALL_KINDS; k++) json_uint(o, &f, os_call_name[k], LOAD(os_calls[k]));
   out_str(o, "}");
   json_key(o, &first, "bytes");
   f = true;

@@ -97,7 +97,7 @@ static void set_free_start(run_chunk_t *c, uint32_t i, bool on) {
 }
 
 /* Makes [s, s+n) a free run dirty since t (0: clean) in [dlo, dhi); on the
- * dirty list after `after` (NULL: at the tail). */
+ * dirty list after `after` (NULL: at the head), or at the tail if at_tail. */
 static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint32_t dlo, uint32_t dhi,
                         run_node_t *after, bool at_tail) {
   run_heap_t *h = c->heap;
@@ -358,7 +358,7 @@ run_t run_at(run_chunk_t *c, uint32_t page) {
 /* ---- the cache of freed runs -------------------------------------------------- */
 
 /* A cached run's first node: next links the class's stack, dirty_ms is the
- * time it was freed (never 0), pages (dlo) its length. */
+ * time it was freed (never 0); its length stays in the chunk's len. */
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages) {
   if (k->n[cls] >= max_n || k->pages + r.pages > max_pages) return false;
   run_node_t *x = node_at(r.chunk, r.page);

@@ -175,6 +175,7 @@ void slab_unpurge(slab_t *s) {
 #define REMOTE_TAIL_SHIFT REMOTE_OFF_BITS
 #define REMOTE_COUNT_SHIFT (2 * REMOTE_OFF_BITS)
 _Static_assert(REGION_SIZE == UINT64_C(1) << REMOTE_OFF_BITS, "remote offsets span a region");
+_Static_assert(REGION_SIZE / 8 < UINT64_C(1) << (64 - REMOTE_COUNT_SHIFT), "the count holds a region's blocks");
 
 static block_t *remote_block(const slab_t *s, uint64_t off) {
   return off ? (block_t *)((char *)region_of(s) + off) : NULL;
