@@ -13,7 +13,10 @@ _Atomic size_t large_live_bytes;
 #define CACHE_PER_CLASS 64
 #define CACHE_MIN_BYTES ((size_t)8 << 20) /* and an eighth of the live Large bytes */
 
-_Static_assert(RUN_CACHE_CLASSES == 24, "four classes per doubling from SMALL_MAX to LARGE_MAX");
+/* The cache's classes: four per doubling from SMALL_MAX to LARGE_MAX, then
+ * one per page count up to SMALL_MAX (the profiler's sampled small blocks). */
+#define LARGE_CLASSES 24
+_Static_assert(RUN_CACHE_CLASSES == LARGE_CLASSES + 8, "Large classes, then runs of 1 to 8 pages");
 
 static unsigned page_shift(void) { return os_page_size(), os_page_shift; }
 
@@ -25,6 +28,14 @@ static unsigned large_class(size_t bytes) {
 }
 
 static size_t class_bytes(unsigned c) { return os_page_round((size_t)(5 + c % 4) << (c / 4 + 13)); }
+
+/* The cache class of a run of bytes, or -1 when such runs are not cached
+ * (between classes, or beyond CLASS_MAX). */
+static int cache_class(size_t bytes) {
+  if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> page_shift()) - 1;
+  unsigned c = large_class(bytes);
+  return c < LARGE_CLASSES && bytes == class_bytes(c) ? (int)c : -1;
+}
 
 /* The run of a block of size bytes: its class's, unless it is aligned or
  * above CLASS_MAX, where rounding up to a class would leave a quarter of a
@@ -44,7 +55,8 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   if (n + a - 1 > (REGION_SIZE >> shift) - region_header_pages()) return NULL; /* no region is sure to hold it */
   run_t r;
   heap_lock(heap);
-  bool ok = a == 1 && bytes > SMALL_MAX && run_cache_pop(&heap->lcache, large_class(bytes), &r);
+  int c = a == 1 ? cache_class(bytes) : -1;
+  bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
   if (!ok) ok = run_alloc(&heap->pages, n, a, &r);
   while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, &r);
   if (ok) run_uncache(r);
@@ -106,8 +118,8 @@ bool large_free(void *p, bool cache) {
   stat_free(STAT_ROW_LARGE, bytes, true);
   uint64_t now = os_now_ms();
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
-  bool cached = cache && delay != 0 && bytes > SMALL_MAX && bytes == class_bytes(large_class(bytes)) &&
-                run_cache_push(&heap->lcache, large_class(bytes), r, now, CACHE_PER_CLASS, cache_pages());
+  int c = cache_class(bytes);
+  bool cached = cache && delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, cache_pages());
   region_t *reg = region_of(p);
   if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
   heap_unlock(heap);

@@ -6,26 +6,32 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
-#include <math.h>
-#include <unwind.h>
 
 #include "harden.h"
 #include "options.h"
 #include "os.h"
 #include "out.h"
+#include "stackwalk.h"
 
 #define MAX_DEPTH 48
+#define INNER_MAX 8 /* hakmem's own frames above the program's */
 #define SITE_BUCKETS 4096
 #define ARENA_CHUNK ((size_t)1 << 20)
-#define SAMPLES_MIN 4096
+#define SAMPLES_MIN 256
+#define SHARD_BITS 6
+#define SHARDS (1 << SHARD_BITS)
+#define FIXED 16.0 /* the sites' running totals count sixteenths of blocks and bytes */
 
-/* A call stack and what its sampled blocks stand for (estimates). */
+/* A call stack and what its sampled blocks stand for (estimates). Sites are
+ * never removed, so a lookup reads the buckets without a lock. What a site's
+ * blocks hold now is summed from the live samples at a dump; what they have
+ * allocated in all is counted here. */
 typedef struct site_s {
-  struct site_s *next; /* in its bucket */
-  struct site_s *all;  /* every site, newest first */
+  struct site_s *_Atomic next; /* in its bucket */
+  struct site_s *all;          /* every site, newest first */
   uint64_t hash;
-  double live_n, live_b, alloc_n, alloc_b;
-  double snap_n, snap_b, snap_an, snap_ab; /* copied under the lock for a dump */
+  _Atomic int64_t alloc_n, alloc_b;        /* in 1/FIXED */
+  double snap_n, snap_b, snap_an, snap_ab; /* a dump's figures, under dump_lock */
   uint32_t depth;
   uintptr_t pc[]; /* innermost first: return addresses */
 } site_t;
@@ -38,15 +44,22 @@ typedef struct {
   double weight; /* the blocks it stands for */
 } sample_t;
 
+/* The live samples in shards by address (a block may be freed by another
+ * thread than the one that sampled it). */
+typedef struct {
+  hak_lock_t lock;
+  sample_t *slots;
+  size_t cap, n;
+} __attribute__((aligned(64))) shard_t;
+
 bool prof_on;
 static double rate;
-static hak_lock_t lock;           /* the sites and the samples */
-static hak_lock_t dump_lock;      /* one dump at a time */
-static site_t **buckets;          /* SITE_BUCKETS */
-static site_t *_Atomic sites;     /* append-only */
-static char *arena_next, *arena_end;
-static sample_t *samples;
-static size_t sample_cap, sample_n;
+static hak_lock_t lock;              /* making a site */
+static hak_lock_t dump_lock;         /* one dump at a time */
+static site_t *_Atomic *buckets;     /* SITE_BUCKETS */
+static site_t *_Atomic sites;        /* append-only */
+static char *arena_next, *arena_end; /* under lock */
+static shard_t shards[SHARDS];
 static uintptr_t self_lo, self_hi; /* hakmem's own code, when it is a shared object */
 static __thread bool busy __attribute__((tls_model("initial-exec")));
 static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
@@ -74,10 +87,39 @@ void prof_init(void) {
   buckets = os_map(os_page_round(SITE_BUCKETS * sizeof *buckets));
   if (buckets == NULL) return;
   dl_iterate_phdr(find_self, (void *)(uintptr_t)prof_init);
+  stackwalk_init();
   prof_on = true;
 }
 
 bool prof_nested(void) { return busy; }
+
+/* ln(x) for x > 0 (normal), to about 1e-7 relative: the exponent, and the
+ * series of atanh for the mantissa. libm's log costs a sample about as much
+ * as the rest of its bookkeeping. */
+static double ln(double x) {
+  uint64_t bits;
+  __builtin_memcpy(&bits, &x, 8);
+  int e = (int)((bits >> 52) & 0x7ff) - 1023;
+  bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
+  double m;
+  __builtin_memcpy(&m, &bits, 8);
+  if (m > 1.4142135623730951) m *= 0.5, e++; /* m in [0.71, 1.42): t below 0.18 */
+  double t = (m - 1) / (m + 1), t2 = t * t;
+  return e * 0.6931471805599453 + 2 * t * (1 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 / 9))));
+}
+
+/* 1 - e^-x for x >= 0, to about 1e-7 relative: the series below 1/8, else
+ * e^-x from 2^-k and the series of e^r, |r| <= ln(2) / 2. */
+static double one_minus_exp_neg(double x) {
+  if (x < 0.125) return x * (1 - x / 2 * (1 - x / 3 * (1 - x / 4 * (1 - x / 5 * (1 - x / 6)))));
+  if (x > 40) return 1;
+  double k = (double)(int64_t)(x * 1.4426950408889634 + 0.5), r = k * 0.6931471805599453 - x; /* e^-x = 2^-k e^r */
+  double er = 1 + r * (1 + r / 2 * (1 + r / 3 * (1 + r / 4 * (1 + r / 5 * (1 + r / 6 * (1 + r / 7))))));
+  uint64_t bits = (uint64_t)(1023 - (int64_t)k) << 52;
+  double scale;
+  __builtin_memcpy(&scale, &bits, 8);
+  return 1 - er * scale;
+}
 
 /* -ln(u) for u uniform in (0, 1], times the rate. */
 int64_t prof_interval(void) {
@@ -86,25 +128,11 @@ int64_t prof_interval(void) {
   rng ^= rng >> 7;
   rng ^= rng << 17;
   double u = (double)((rng >> 11) + 1) * 0x1p-53;
-  double x = -log(u) * rate;
+  double x = -ln(u) * rate;
   return x < 1 ? 1 : x > 0x1p60 ? INT64_C(1) << 60 : (int64_t)x;
 }
 
 /* ---- stacks ---------------------------------------------------------------- */
-
-typedef struct {
-  uintptr_t *pc;
-  uint32_t n;
-} walk_t;
-
-static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg) {
-  walk_t *w = arg;
-  uintptr_t ip = _Unwind_GetIP(ctx);
-  if (ip == 0) return _URC_END_OF_STACK;
-  if (w->n == 0 && ip >= self_lo && ip < self_hi) return _URC_NO_REASON; /* still in hakmem */
-  w->pc[w->n++] = ip;
-  return w->n == MAX_DEPTH ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
 
 static uint64_t stack_hash(const uintptr_t *pc, uint32_t n) {
   uint64_t h = n;
@@ -112,17 +140,20 @@ static uint64_t stack_hash(const uintptr_t *pc, uint32_t n) {
   return h;
 }
 
-/* The site of stack pc[0..n), made when new; NULL when out of memory. Under
- * the lock. */
-static site_t *site_get(const uintptr_t *pc, uint32_t n) {
-  uint64_t h = stack_hash(pc, n);
-  site_t **b = &buckets[h & (SITE_BUCKETS - 1)];
-  for (site_t *s = *b; s; s = s->next) {
+static site_t *site_find(site_t *_Atomic *b, uint64_t h, const uintptr_t *pc, uint32_t n) {
+  for (site_t *s = atomic_load_explicit(b, memory_order_acquire); s;
+       s = atomic_load_explicit(&s->next, memory_order_acquire)) {
     if (s->hash != h || s->depth != n) continue;
     uint32_t i = 0;
     while (i < n && s->pc[i] == pc[i]) i++;
     if (i == n) return s;
   }
+  return NULL;
+}
+
+/* A new site for stack pc[0..n), published whole; NULL when out of memory.
+ * Under the lock. */
+static site_t *site_new(site_t *_Atomic *b, uint64_t h, const uintptr_t *pc, uint32_t n) {
   size_t need = (sizeof(site_t) + n * sizeof(uintptr_t) + 15) & ~(size_t)15;
   if (arena_next == NULL || arena_next + need > arena_end) {
     char *m = os_map(ARENA_CHUNK);
@@ -134,110 +165,132 @@ static site_t *site_get(const uintptr_t *pc, uint32_t n) {
   s->hash = h;
   s->depth = n;
   for (uint32_t i = 0; i < n; i++) s->pc[i] = pc[i];
-  s->next = *b;
-  *b = s;
+  atomic_store_explicit(&s->next, atomic_load_explicit(b, memory_order_relaxed), memory_order_relaxed);
   s->all = atomic_load_explicit(&sites, memory_order_relaxed);
+  atomic_store_explicit(b, s, memory_order_release);
   atomic_store_explicit(&sites, s, memory_order_release);
   return s;
 }
 
-/* ---- sampled blocks: open addressing, linear probing -------------------------------- */
+/* The site of stack pc[0..n), made when new; NULL when out of memory. */
+static site_t *site_get(const uintptr_t *pc, uint32_t n) {
+  uint64_t h = stack_hash(pc, n);
+  site_t *_Atomic *b = &buckets[h & (SITE_BUCKETS - 1)];
+  site_t *s = site_find(b, h, pc, n);
+  if (s) return s;
+  hak_lock(&lock);
+  s = site_find(b, h, pc, n);
+  if (s == NULL) s = site_new(b, h, pc, n);
+  hak_unlock(&lock);
+  return s;
+}
+
+/* ---- sampled blocks: a shard's table, open addressing, linear probing ---- */
+
+/* By the 4 MiB of address space a block lies in: a thread's blocks lie in
+ * its own regions, so threads seldom share a shard. */
+static shard_t *shard_of(uintptr_t a) { return &shards[(a >> 22) * 0x9E3779B97F4A7C15ull >> (64 - SHARD_BITS)]; }
 
 static size_t slot_of(uintptr_t a, size_t cap) { return (size_t)((a >> 4) * 0x9E3779B97F4A7C15ull >> 17) & (cap - 1); }
 
-static bool samples_grow(void) {
-  size_t cap = sample_cap ? sample_cap * 2 : SAMPLES_MIN;
+static bool samples_grow(shard_t *sh) {
+  size_t cap = sh->cap ? sh->cap * 2 : SAMPLES_MIN;
   sample_t *t = os_map(cap * sizeof *t);
   if (t == NULL) return false;
-  for (size_t i = 0; i < sample_cap; i++) {
-    if (samples[i].addr == 0) continue;
-    size_t j = slot_of(samples[i].addr, cap);
+  for (size_t i = 0; i < sh->cap; i++) {
+    if (sh->slots[i].addr == 0) continue;
+    size_t j = slot_of(sh->slots[i].addr, cap);
     while (t[j].addr) j = (j + 1) & (cap - 1);
-    t[j] = samples[i];
+    t[j] = sh->slots[i];
   }
-  if (samples) os_unmap(samples, sample_cap * sizeof *samples);
-  samples = t, sample_cap = cap;
+  if (sh->slots) os_unmap(sh->slots, sh->cap * sizeof *sh->slots);
+  sh->slots = t, sh->cap = cap;
   return true;
 }
 
-static sample_t *sample_find(uintptr_t a) {
-  if (sample_cap == 0) return NULL;
-  for (size_t i = slot_of(a, sample_cap);; i = (i + 1) & (sample_cap - 1)) {
-    if (samples[i].addr == a) return &samples[i];
-    if (samples[i].addr == 0) return NULL;
+static sample_t *sample_find(shard_t *sh, uintptr_t a) {
+  if (sh->cap == 0) return NULL;
+  for (size_t i = slot_of(a, sh->cap);; i = (i + 1) & (sh->cap - 1)) {
+    if (sh->slots[i].addr == a) return &sh->slots[i];
+    if (sh->slots[i].addr == 0) return NULL;
   }
 }
 
-static bool sample_put(sample_t e) {
-  if ((sample_n + 1) * 2 > sample_cap && !samples_grow()) return false;
-  size_t i = slot_of(e.addr, sample_cap);
-  while (samples[i].addr) i = (i + 1) & (sample_cap - 1);
-  samples[i] = e;
-  sample_n++;
+static bool sample_put(shard_t *sh, sample_t e) {
+  if ((sh->n + 1) * 2 > sh->cap && !samples_grow(sh)) return false;
+  size_t i = slot_of(e.addr, sh->cap);
+  while (sh->slots[i].addr) i = (i + 1) & (sh->cap - 1);
+  sh->slots[i] = e;
+  sh->n++;
   return true;
 }
 
 /* Empties slot e, moving back the entries after it that probed past it. */
-static void sample_del(sample_t *e) {
-  size_t mask = sample_cap - 1, i = (size_t)(e - samples), j = i;
+static void sample_del(shard_t *sh, sample_t *e) {
+  sample_t *t = sh->slots;
+  size_t mask = sh->cap - 1, i = (size_t)(e - t), j = i;
   for (;;) {
-    samples[i].addr = 0;
+    t[i].addr = 0;
     for (;;) {
       j = (j + 1) & mask;
-      if (samples[j].addr == 0) {
-        sample_n--;
+      if (t[j].addr == 0) {
+        sh->n--;
         return;
       }
-      size_t home = slot_of(samples[j].addr, sample_cap);
+      size_t home = slot_of(t[j].addr, sh->cap);
       /* j's entry may fill i when its home is not cyclically in (i, j] */
       if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) break;
     }
-    samples[i] = samples[j];
+    t[i] = t[j];
     i = j;
   }
 }
 
 /* ---- the hooks ---------------------------------------------------------------------- */
 
+static void sample_add(sample_t e) {
+  shard_t *sh = shard_of(e.addr);
+  hak_lock(&sh->lock);
+  bool kept = sample_put(sh, e);
+  hak_unlock(&sh->lock);
+  if (!kept) return;
+  atomic_fetch_add_explicit(&e.site->alloc_n, (int64_t)(e.weight * FIXED), memory_order_relaxed);
+  atomic_fetch_add_explicit(&e.site->alloc_b, (int64_t)(e.weight * (double)e.size * FIXED), memory_order_relaxed);
+}
+
 void prof_record(void *p, size_t size, size_t counted) {
-  uintptr_t pc[MAX_DEPTH];
-  walk_t w = {pc, 0};
+  uintptr_t pc[MAX_DEPTH + INNER_MAX];
   busy = true;
-  _Unwind_Backtrace(on_frame, &w);
+  uint32_t n = stackwalk(pc, MAX_DEPTH + INNER_MAX), skip = 0;
   busy = false;
-  double weight = 1.0 / -expm1(-(double)(counted ? counted : 1) / rate);
-  hak_lock(&lock);
-  site_t *s = site_get(pc, w.n);
-  if (s && sample_put((sample_t){(uintptr_t)p, s, size, weight})) {
-    s->live_n += weight, s->live_b += weight * (double)size;
-    s->alloc_n += weight, s->alloc_b += weight * (double)size;
-  }
-  hak_unlock(&lock);
+  while (skip < n && skip < INNER_MAX && pc[skip] >= self_lo && pc[skip] < self_hi) skip++; /* still in hakmem */
+  n = MIN(n - skip, (uint32_t)MAX_DEPTH);
+  double weight = 1.0 / one_minus_exp_neg((double)(counted ? counted : 1) / rate);
+  site_t *s = site_get(pc + skip, n);
+  if (s) sample_add((sample_t){(uintptr_t)p, s, size, weight});
 }
 
 void prof_forget(const void *p) {
-  hak_lock(&lock);
-  sample_t *e = sample_find((uintptr_t)p);
-  if (e) {
-    e->site->live_n -= e->weight;
-    e->site->live_b -= e->weight * (double)e->size;
-    sample_del(e);
-  }
-  hak_unlock(&lock);
+  shard_t *sh = shard_of((uintptr_t)p);
+  hak_lock(&sh->lock);
+  sample_t *e = sample_find(sh, (uintptr_t)p);
+  if (e) sample_del(sh, e);
+  hak_unlock(&sh->lock);
 }
 
 void prof_moved(const void *old, void *p, size_t size) {
-  hak_lock(&lock);
-  sample_t *e = sample_find((uintptr_t)old);
-  if (e) {
-    sample_t moved = *e;
-    moved.site->live_b += moved.weight * ((double)size - (double)moved.size);
-    moved.addr = (uintptr_t)p;
-    moved.size = size;
-    sample_del(e);
-    if (!sample_put(moved)) moved.site->live_n -= moved.weight, moved.site->live_b -= moved.weight * (double)size;
-  }
-  hak_unlock(&lock);
+  shard_t *sh = shard_of((uintptr_t)old);
+  hak_lock(&sh->lock);
+  sample_t *e = sample_find(sh, (uintptr_t)old), moved = {0};
+  if (e) moved = *e, sample_del(sh, e);
+  hak_unlock(&sh->lock);
+  if (moved.addr == 0) return;
+  moved.addr = (uintptr_t)p;
+  moved.size = size;
+  sh = shard_of((uintptr_t)p);
+  hak_lock(&sh->lock);
+  sample_put(sh, moved);
+  hak_unlock(&sh->lock);
 }
 
 /* ---- the profile files ---------------------------------------------------------------- */
@@ -333,15 +386,25 @@ int prof_dump(const char *path) {
     os_close(heap_fd);
     return EACCES;
   }
-  /* Counts are copied under the lock; the files are written outside it (the
-   * symbols' lookup takes the loader's lock, which an allocating thread
-   * may hold). Sites are never removed. */
+  /* The live figures are summed from each shard under its lock; the files
+   * are written outside them (the symbols' lookup takes the loader's lock,
+   * which an allocating thread may hold). A site newer than `first` may
+   * gather figures here: it is not written, and the next dump clears it. */
   hak_lock(&dump_lock);
-  hak_lock(&lock);
   site_t *first = atomic_load_explicit(&sites, memory_order_acquire);
-  for (site_t *s = first; s; s = s->all)
-    s->snap_n = s->live_n, s->snap_b = s->live_b, s->snap_an = s->alloc_n, s->snap_ab = s->alloc_b;
-  hak_unlock(&lock);
+  for (site_t *s = first; s; s = s->all) {
+    s->snap_n = s->snap_b = 0;
+    s->snap_an = (double)atomic_load_explicit(&s->alloc_n, memory_order_relaxed) / FIXED;
+    s->snap_ab = (double)atomic_load_explicit(&s->alloc_b, memory_order_relaxed) / FIXED;
+  }
+  for (shard_t *sh = shards; sh < shards + SHARDS; sh++) {
+    hak_lock(&sh->lock);
+    for (size_t i = 0; i < sh->cap; i++) {
+      sample_t *e = &sh->slots[i];
+      if (e->addr) e->site->snap_n += e->weight, e->site->snap_b += e->weight * (double)e->size;
+    }
+    hak_unlock(&sh->lock);
+  }
   busy = true; /* the loader may allocate: not a sample */
   out_t o = OUT_FD(heap_fd);
   write_heap(&o, first);
@@ -369,6 +432,13 @@ void prof_at_exit(void) {
 }
 
 void prof_fork_lock(bool take) {
-  if (take) hak_lock(&dump_lock), hak_lock(&lock);
-  else hak_unlock(&lock), hak_unlock(&dump_lock);
+  if (take) {
+    hak_lock(&dump_lock), hak_lock(&lock);
+    for (shard_t *sh = shards; sh < shards + SHARDS; sh++) hak_lock(&sh->lock);
+    stackwalk_fork_lock(true);
+  } else {
+    stackwalk_fork_lock(false);
+    for (shard_t *sh = shards; sh < shards + SHARDS; sh++) hak_unlock(&sh->lock);
+    hak_unlock(&lock), hak_unlock(&dump_lock);
+  }
 }

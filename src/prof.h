@@ -16,11 +16,11 @@
  * its free then takes the slow path, which tells the profiler, and the free
  * fast path needs no test either.
  *
- * Stacks. _Unwind_Backtrace (libgcc) walks the stack from the unwind tables
- * (.eh_frame) that every object carries on x86-64, so programs built
- * without frame pointers are profiled too; for objects found through the
- * loader (PT_GNU_EH_FRAME) it allocates nothing. An allocation made while
- * the thread is unwinding (the unwinder's own, if any) is not sampled.
+ * Stacks. stackwalk.h walks the stack from the unwind tables (.eh_frame) that
+ * every object carries on x86-64, so programs built without frame pointers
+ * are profiled too, with each code address's rule read once and cached. An
+ * allocation made while the thread is walking (libgcc's, if any) is not
+ * sampled.
  *
  * The profile. gperftools' heap profile text (google-pprof reads it), the
  * estimates already scaled: "@ heapprofile" tells pprof to scale nothing.

@@ -124,7 +124,7 @@ hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) <
  * last one freed (at the same place, so its first and last pages are the
  * ones already resident), as a slab's free list does for smaller blocks. A
  * cached run's first node holds the link and the time it was freed. */
-#define RUN_CACHE_CLASSES 24
+#define RUN_CACHE_CLASSES 32
 
 typedef struct {
   run_node_t *top[RUN_CACHE_CLASSES];

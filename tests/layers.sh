@@ -8,7 +8,7 @@
 set -u
 SRC=${1:-src}
 LAYERS=(
-  "0 base os out options stats policy types"
+  "0 base os out options stats policy types stackwalk"
   "1 map run region"
   "2 size_class harden slab"
   "3 heap"
