@@ -256,7 +256,10 @@ HAK_API void *hak_calloc(size_t count, size_t size) {
 static size_t usable_size(const void *p, uint8_t kind) {
   if (kind == MAP_REGION) {
     slab_t *s = slab_of(p);
-    if (s->kind == SLAB_NONE) return large_usable_size(p);
+    if (s->kind == SLAB_NONE) {
+      size_t n = large_live_size(p);
+      return likely(n != 0) ? n : large_usable_size(p);
+    }
     return slab_is_block(s, p) ? s->bsize : 0;
   }
   if (kind >= MAP_HUGE && kind != MAP_RESERVED) return huge_usable_size(p);

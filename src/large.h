@@ -19,6 +19,15 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
 bool large_free(void *p, bool cache);
 /* The usable size of large block p; 0 when p is not one. */
 size_t large_usable_size(const void *p);
+/* The same for a live block, read without the heap's lock (run_live_pages):
+ * 0 when the read does not confirm one (large_usable_size then decides). */
+hak_inline size_t large_live_size(const void *p) {
+  const run_chunk_t *c = &region_of(p)->pages;
+  uintptr_t off = (uintptr_t)p - (uintptr_t)c->base;
+  if ((const char *)p < c->base || (off & (os_page_size() - 1)) != 0) return 0;
+  unsigned shift = os_page_shift;
+  return (size_t)run_live_pages(c, (uint32_t)MIN(off >> shift, (uintptr_t)UINT32_MAX)) << shift;
+}
 /* Resizes block p in place to size bytes (<= LARGE_MAX); false when the
  * pages after it are not free. */
 bool large_resize(void *p, size_t size);

@@ -1,10 +1,6 @@
 /* Runs of pages: bins of free runs, merging, the dirty list. */
 #include "run.h"
 
-hak_inline run_node_t *node_at(const run_chunk_t *c, uint32_t page) {
-  return &c->node[page % RUN_NODE_GROUP * c->rows + page / RUN_NODE_GROUP];
-}
-
 hak_inline uint32_t node_page(const run_chunk_t *c, const run_node_t *x) {
   uint32_t i = (uint32_t)(x - c->node);
   return i % c->rows * RUN_NODE_GROUP + i / c->rows;
@@ -91,9 +87,11 @@ static void dirty_remove(run_heap_t *h, run_node_t *x) {
 
 static bool free_start(const run_chunk_t *c, uint32_t i) { return c->free_bits[i / 64] >> (i % 64) & 1; }
 
+/* An atomic store (a plain one on x86-64): run_live_pages reads the word
+ * without the lock, while runs beside the reader's change. */
 static void set_free_start(run_chunk_t *c, uint32_t i, bool on) {
-  uint64_t bit = (uint64_t)1 << (i % 64);
-  c->free_bits[i / 64] = on ? c->free_bits[i / 64] | bit : c->free_bits[i / 64] & ~bit;
+  uint64_t bit = (uint64_t)1 << (i % 64), w = c->free_bits[i / 64];
+  __atomic_store_n(&c->free_bits[i / 64], on ? w | bit : w & ~bit, __ATOMIC_RELAXED);
 }
 
 /* Makes [s, s+n) a free run dirty since t (0: clean) in [dlo, dhi); on the
@@ -101,7 +99,7 @@ static void set_free_start(run_chunk_t *c, uint32_t i, bool on) {
 static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint32_t dlo, uint32_t dhi,
                         run_node_t *after, bool at_tail) {
   run_heap_t *h = c->heap;
-  run_node_t *x = node_at(c, s);
+  run_node_t *x = run_node_at(c, s);
   if (t && dlo >= dhi) t = 0;
   c->len[s] = n;
   c->last_of[s + n - 1] = s;
@@ -127,7 +125,7 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
  * before it on the dirty list (where its pieces go back). */
 static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
   run_heap_t *h = c->heap;
-  run_node_t *x = node_at(c, s), *before = NULL;
+  run_node_t *x = run_node_at(c, s), *before = NULL;
   uint32_t n = c->len[s];
   set_free_start(c, s, false);
   bin_remove(h, x, n);
@@ -270,7 +268,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) {
    * the head, both where the run was */
   if (at > s) {
     free_piece(c, s, at - s, t, lo, hi, before);
-    if (node_at(c, s)->dirty_ms) before = node_at(c, s);
+    if (run_node_at(c, s)->dirty_ms) before = run_node_at(c, s);
   }
   free_piece(c, at + n, s + m - at - n, t, lo, hi, before);
   c->len[at] = n;
@@ -293,7 +291,7 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   if (s > 0) {
     uint32_t f = c->last_of[s - 1];
     if (f < s && free_start(c, f) && f + c->len[f] == s) {
-      run_node_t *x = node_at(c, f);
+      run_node_t *x = run_node_at(c, f);
       if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
       free_remove(c, f);
       c->len[s] = 0;
@@ -303,7 +301,7 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   }
   uint32_t r2 = s + n;
   if (r2 < c->limit && free_start(c, r2)) {
-    run_node_t *x = node_at(c, r2);
+    run_node_t *x = run_node_at(c, r2);
     if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
     uint32_t rn = c->len[r2];
     free_remove(c, r2);
@@ -319,7 +317,7 @@ bool run_grow(run_t *r, uint32_t n, bool *dirty) {
   uint32_t end = r->page + r->pages, want = n - r->pages;
   if (n <= r->pages) return true;
   if (end >= c->limit || !free_start(c, end) || c->len[end] < want) return false;
-  run_node_t *x = node_at(c, end);
+  run_node_t *x = run_node_at(c, end);
   uint32_t m = c->len[end], lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   run_node_t *before = free_remove(c, end);
@@ -361,7 +359,7 @@ run_t run_at(run_chunk_t *c, uint32_t page) {
  * time it was freed (never 0); its length stays in the chunk's len. */
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages) {
   if (k->n[cls] >= max_n || k->pages + r.pages > max_pages) return false;
-  run_node_t *x = node_at(r.chunk, r.page);
+  run_node_t *x = run_node_at(r.chunk, r.page);
   x->chunk = r.chunk;
   x->dirty_ms = now ? now : 1;
   x->next = k->top[cls];
@@ -407,9 +405,9 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
   return left;
 }
 
-bool run_cached(run_t r) { return node_at(r.chunk, r.page)->dirty_ms != 0; }
+bool run_cached(run_t r) { return run_node_at(r.chunk, r.page)->dirty_ms != 0; }
 
-void run_uncache(run_t r) { node_at(r.chunk, r.page)->dirty_ms = 0; }
+void run_uncache(run_t r) { run_node_at(r.chunk, r.page)->dirty_ms = 0; }
 
 /* ---- purging -------------------------------------------------------------------------- */
 

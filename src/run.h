@@ -39,7 +39,7 @@ struct run_chunk_s {
   uint32_t *len;       /* at a run's first page (free or allocated): its length; 0 inside runs */
   uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
   uint64_t *free_bits; /* bit i: page i starts a free run */
-  run_node_t *node;    /* the pages' nodes, by group (run.c's node_at) */
+  run_node_t *node;    /* the pages' nodes, by group (run_node_at) */
   uint32_t rows;       /* nodes a group: pages rounded up to RUN_NODE_GROUP, over it */
   run_heap_t *heap;
   run_chunk_t *next, *prev; /* the heap's chunks */
@@ -109,6 +109,22 @@ void run_shrink(run_t *r, uint32_t n, uint64_t now);
 /* Calls fn for every run of c in address order: free, or allocated (ctx is
  * fn's). Under the run heap's lock. */
 void run_chunk_walk(run_chunk_t *c, void (*fn)(void *ctx, run_t r, bool free), void *ctx);
+/* The node of page. */
+hak_inline run_node_t *run_node_at(const run_chunk_t *c, uint32_t page) {
+  return &c->node[page % RUN_NODE_GROUP * c->rows + page / RUN_NODE_GROUP];
+}
+
+/* The length of the allocated run that starts at page of c, read without
+ * the lock: exact when the caller holds a live block there (no other
+ * thread writes these words then); otherwise 0, or a length that the locked
+ * calls will not confirm. Not in a cache (a cached run's node has its time). */
+hak_inline uint32_t run_live_pages(const run_chunk_t *c, uint32_t page) {
+  if (page >= c->pages) return 0;
+  uint32_t n = __atomic_load_n(&c->len[page], __ATOMIC_RELAXED);
+  if (n == 0 || n > c->pages - page) return 0;
+  if (__atomic_load_n(&c->free_bits[page / 64], __ATOMIC_RELAXED) >> (page % 64) & 1) return 0;
+  return __atomic_load_n(&run_node_at(c, page)->dirty_ms, __ATOMIC_RELAXED) == 0 ? n : 0;
+}
 /* The allocated run that starts at page of c; {NULL} when none does. */
 run_t run_at(run_chunk_t *c, uint32_t page);
 
