@@ -11,7 +11,7 @@ _Atomic size_t large_live_bytes;
 
 #define CALLOC_PURGE_MIN ((size_t)128 * 1024) /* calloc of dirty pages: purge, not memset, from here */
 #define CACHE_PER_CLASS 64
-#define CACHE_MIN_BYTES ((size_t)8 << 20) /* and an eighth of the live Large bytes */
+#define CACHE_MIN_BYTES ((size_t)1 << 20) /* and an eighth of the live Large bytes */
 
 /* The cache's classes: four per doubling from SMALL_MAX to LARGE_MAX, then
  * one per page count up to SMALL_MAX (the profiler's sampled small blocks). */
