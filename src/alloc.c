@@ -369,11 +369,7 @@ HAK_API int hak_mallopt(int param, int value) {
   }
 }
 
-HAK_API int hak_profile_dump(const char *path) {
-  char buf[480];
-  if (path == NULL) path = hak_option_path(OPT_PROFILE, buf, sizeof buf) ? buf : NULL;
-  return path ? prof_dump(path) : EINVAL;
-}
+HAK_API int hak_profile_dump(const char *path) { return prof_dump(path); }
 
 HAK_API void hak_malloc_stats(void) { hak_stats_print(2); }
 

@@ -359,20 +359,6 @@ void heap_tick(heap_t *heap, uint64_t now) {
 
 /* ---- purging, by any thread --------------------------------------------------------- */
 
-/* Purges the due dirty runs of run heap rh, the lock held (and dropped
- * around each call to the OS). */
-static size_t purge_runs(heap_t *h, run_heap_t *rh, uint64_t now, uint64_t delay, size_t keep) {
-  size_t n = 0;
-  run_t r;
-  while (run_purge_take(rh, now, delay, keep, &r)) {
-    heap_unlock(h);
-    n += os_purge(run_dirty_addr(r), run_dirty_bytes_of(r));
-    heap_lock(h);
-    run_free(r, false, now);
-  }
-  return n;
-}
-
 size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pending) {
   if (wait) heap_lock(h);
   else if (!hak_trylock(&h->lock)) {
@@ -392,7 +378,7 @@ size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pend
     }
   }
   left |= run_cache_flush(&h->lcache, now, delay);
-  n += purge_runs(h, &h->pages, now, delay, SIZE_MAX);
+  n += run_purge_due(&h->pages, &h->lock, now, delay, SIZE_MAX);
   left |= h->pages.dirty_head != NULL;
   heap_unlock(h);
   if (n) stat_add(bytes_purged, n);
@@ -539,7 +525,7 @@ static void heap_abandon(heap_t *heap) {
   atomic_fetch_sub_explicit(&heaps_running, 1, memory_order_relaxed);
   heap_release_empty(heap);
   heap_lock(heap);
-  size_t purged = purge_runs(heap, &heap->pages, os_now_ms(), UINT64_MAX, ABANDON_KEEP_BYTES >> heap->pages.page_shift);
+  size_t purged = run_purge_due(&heap->pages, &heap->lock, os_now_ms(), UINT64_MAX, ABANDON_KEEP_BYTES >> heap->pages.page_shift);
   heap_unlock(heap);
   if (purged) stat_add(bytes_purged, purged);
   atomic_store_explicit(&heap->active_ms, 0, memory_order_relaxed); /* idle: remote wipes return pages at once */

@@ -141,14 +141,8 @@ static arena_t *arena_of_run(run_t r) { return (arena_t *)((char *)r.chunk - off
 static size_t cache_evict(uint64_t now, bool force) {
   uint64_t age = force ? 0 : (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS);
   size_t keep = force ? 0 : cache_cap_pages(), n = 0;
-  run_t r;
   hak_lock(&huge_lock);
-  while (runs.page_shift && run_purge_take(&runs, now, age, keep, &r)) {
-    hak_unlock(&huge_lock);
-    n += os_purge(run_dirty_addr(r), run_dirty_bytes_of(r));
-    hak_lock(&huge_lock);
-    run_free(r, false, now);
-  }
+  if (runs.page_shift) n = run_purge_due(&runs, &huge_lock, now, age, keep);
   hak_unlock(&huge_lock);
   if (n) stat_add(bytes_purged, n);
   return n;

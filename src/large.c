@@ -18,8 +18,6 @@ _Atomic size_t large_live_bytes;
 #define LARGE_CLASSES 24
 _Static_assert(RUN_CACHE_CLASSES == LARGE_CLASSES + 8, "Large classes, then runs of 1 to 8 pages");
 
-static unsigned page_shift(void) { return os_page_size(), os_page_shift; }
-
 /* Four classes per doubling above SMALL_MAX: (32, 40], (40, 48], ... KiB. */
 static unsigned large_class(size_t bytes) {
   size_t x = bytes - 1;
@@ -32,7 +30,7 @@ static size_t class_bytes(unsigned c) { return os_page_round((size_t)(5 + c % 4)
 /* The cache class of a run of bytes, or -1 when such runs are not cached
  * (between classes, or beyond CLASS_MAX). */
 static int cache_class(size_t bytes) {
-  if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> page_shift()) - 1;
+  if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> os_page_log2()) - 1;
   unsigned c = large_class(bytes);
   return c < LARGE_CLASSES && bytes == class_bytes(c) ? (int)c : -1;
 }
@@ -49,7 +47,7 @@ static size_t block_bytes(size_t size, size_t align) {
 }
 
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
-  unsigned shift = page_shift();
+  unsigned shift = os_page_log2();
   size_t bytes = block_bytes(size, align);
   uint32_t n = (uint32_t)(bytes >> shift), a = align > os_page_size() ? (uint32_t)(align >> shift) : 1;
   if (n + a - 1 > (REGION_SIZE >> shift) - region_header_pages()) return NULL; /* no region is sure to hold it */
@@ -91,7 +89,7 @@ static run_t block_run(const void *p, heap_t **heapp) {
     uintptr_t off = (uintptr_t)p - (uintptr_t)c->base;
     run_t run = {0};
     if ((const char *)p >= c->base && (off & (os_page_size() - 1)) == 0 && slab_in(r, p)->kind == SLAB_NONE)
-      run = run_at(c, (uint32_t)(off >> page_shift()));
+      run = run_at(c, (uint32_t)(off >> os_page_log2()));
     if (run.chunk && run_cached(run)) run.chunk = NULL; /* freed already */
     if (run.chunk == NULL) heap_unlock(heap);
     *heapp = heap;
@@ -103,7 +101,7 @@ static run_t block_run(const void *p, heap_t **heapp) {
  * blocks (all threads), and at least CACHE_MIN_BYTES. */
 static size_t cache_pages(void) {
   size_t live = atomic_load_explicit(&large_live_bytes, memory_order_relaxed);
-  return MAX(CACHE_MIN_BYTES, live / 8) >> page_shift();
+  return MAX(CACHE_MIN_BYTES, live / 8) >> os_page_log2();
 }
 
 /* A freed block goes to its class's cache, or back to the free runs (an
@@ -143,7 +141,7 @@ bool large_resize(void *p, size_t size) {
   run_t r = block_run(p, &heap);
   if (r.chunk == NULL) return false;
   size_t old = run_bytes(r);
-  unsigned shift = page_shift();
+  unsigned shift = os_page_log2();
   uint32_t n = (uint32_t)(block_bytes(size, 0) >> shift);
   bool dirty, ok = true;
   if (n > r.pages) ok = run_grow(&r, n, &dirty);

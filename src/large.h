@@ -25,7 +25,7 @@ hak_inline size_t large_live_size(const void *p) {
   const run_chunk_t *c = &region_of(p)->pages;
   uintptr_t off = (uintptr_t)p - (uintptr_t)c->base;
   if ((const char *)p < c->base || (off & (os_page_size() - 1)) != 0) return 0;
-  unsigned shift = os_page_shift;
+  unsigned shift = os_page_log2();
   return (size_t)run_live_pages(c, (uint32_t)MIN(off >> shift, (uintptr_t)UINT32_MAX)) << shift;
 }
 /* Resizes block p in place to size bytes (<= LARGE_MAX); false when the

@@ -134,11 +134,7 @@ static double fault_us(void) {
   return best;
 }
 
-static int strategy_now(void) { return policy_current(); }
-
-static long knob_value(int s, knob_t knob) { return policy_knob_of(s, knob); }
-
-int learn_current(void) { return strategy_now(); }
+int learn_current(void) { return policy_current(); }
 void learn_start(int strategy) { policy_set(strategy); }
 int learn_resume(void) { return atomic_load_explicit(&resume, memory_order_relaxed); }
 double learn_rating(int s) { return L.rating[s]; }
@@ -154,7 +150,7 @@ void learn_reset(void) {
   atomic_store_explicit(&resume, -1, memory_order_relaxed);
   L.rng = (uint64_t)hak_option(OPT_LEARN_SEED) * 0x9E3779B97F4A7C15ull | 1;
   policy_set(-1);
-  strategy_now();
+  policy_current(); /* picks the first strategy and sets its knobs */
 }
 
 /* 10^x for |x| <= 2: e^(x ln 10) from a Taylor series of e^(y/16), squared
@@ -192,7 +188,7 @@ static uint64_t next_random(void) {
 /* Whether strategy a keeps more than b on some knob ("never", -1, is most). */
 static bool keeps_more(int a, int b) {
   for (int k = 0; k < KNOB_COUNT; k++)
-    if ((unsigned long)knob_value(a, (knob_t)k) > (unsigned long)knob_value(b, (knob_t)k)) return true;
+    if ((unsigned long)policy_knob_of(a, (knob_t)k) > (unsigned long)policy_knob_of(b, (knob_t)k)) return true;
   return false;
 }
 
@@ -237,7 +233,7 @@ void learn_set_floor(int t, double floor) {
 int learn_rate(double os_cost, double mem_cost) {
   double cost = os_cost + mem_cost;
   if (L.rng == 0) learn_reset();
-  int s = strategy_now();
+  int s = policy_current();
   L.epochs++;
   for (int t = 0; t < STRATEGIES; t++)
     if (t != s && L.scored_at[t] && L.epochs - L.scored_at[t] <= RECENT_EPOCHS) elo_game(s, t, game_score(cost, L.cost[t]));
@@ -275,7 +271,7 @@ int learn_rate(double os_cost, double mem_cost) {
 static void sample_held(uint64_t now) {
   uint64_t age[STRATEGIES];
   size_t young[STRATEGIES];
-  for (int t = 0; t < STRATEGIES; t++) age[t] = (uint64_t)knob_value(t, KNOB_BIGCACHE_AGE_MS);
+  for (int t = 0; t < STRATEGIES; t++) age[t] = (uint64_t)policy_knob_of(t, KNOB_BIGCACHE_AGE_MS);
   huge_cached_by_age(now, STRATEGIES, age, young);
   size_t cached = huge_cached_bytes();
   size_t dirty = atomic_load_explicit(&run_dirty_bytes, memory_order_relaxed);
@@ -283,8 +279,8 @@ static void sample_held(uint64_t now) {
   L.held_mib = (double)(dirty + cached) / (1 << 20);
   L.cache_mib = (double)cached / (1 << 20);
   for (int t = 0; t < STRATEGIES; t++) {
-    long delay = knob_value(t, KNOB_PURGE_DELAY_MS);
-    size_t cap = (size_t)knob_value(t, KNOB_BIGCACHE_MB) << 20;
+    long delay = policy_knob_of(t, KNOB_PURGE_DELAY_MS);
+    size_t cap = (size_t)policy_knob_of(t, KNOB_BIGCACHE_MB) << 20;
     size_t kept = (delay >= 0 && now - grew >= (uint64_t)delay ? 0 : dirty) + (young[t] < cap ? young[t] : cap);
     L.cf_mib[t] = (double)kept / (1 << 20);
   }
@@ -433,7 +429,7 @@ static int idle_choice(int s, uint64_t now) {
 /* The program allocates, frees or faults again: back to the strategy that ran
  * before the idle stretch, unscored. */
 static void idle_over(uint64_t now) {
-  int s = strategy_now();
+  int s = policy_current();
   L.ran_ms[s] += now - L.start_ms;
   run_next(s, atomic_exchange_explicit(&resume, -1, memory_order_relaxed), now);
 }
@@ -451,14 +447,14 @@ static void floors(uint64_t now, int s, double os_cost) {
   for (int t = 0; t < STRATEGIES; t++) {
     L.floor_at[t] = 0;
     if (t == s || keeps_more(t, s)) continue;
-    double cap = (double)knob_value(t, KNOB_BIGCACHE_MB), lost = cache > cap ? reused * (cache - cap) / cache : 0;
+    double cap = (double)policy_knob_of(t, KNOB_BIGCACHE_MB), lost = cache > cap ? reused * (cache - cap) / cache : 0;
     double os = os_cost + w * lost / (double)os_page_size() * L.fault_us / 1000 / per;
     learn_set_floor(t, os + held_price(L.cf_mib_ms[t]) / (secs + w * (per - secs)));
   }
 }
 
 static void epoch_end(uint64_t now) {
-  int s = strategy_now();
+  int s = policy_current();
   bool idle = quiet(now);
   L.ran_ms[s] += now - L.start_ms;
   L.ran_epochs[s]++;
@@ -505,7 +501,7 @@ static void sample(bool event) {
     idle_over(now);
   } else if (L.warming && epoch_over(now, 1)) {
     L.warming--;
-    L.ran_ms[strategy_now()] += now - L.start_ms;
+    L.ran_ms[policy_current()] += now - L.start_ms;
     epoch_begin(now);
   } else if (!L.warming && (epoch_over(now, 0) || exploring_lost(now))) {
     epoch_end(now);
@@ -556,7 +552,7 @@ void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_orde
 
 void learn_print(out_t *o) {
   out_str(o, learning() ? "learned strategy (Large/Huge pools), running: " : "pinned strategy: ");
-  out_str(o, policy_name(strategy_now()));
+  out_str(o, policy_name(policy_current()));
   int back = learn_resume();
   if (back >= 0) {
     out_str(o, " while idle, then ");
@@ -576,7 +572,7 @@ void learn_print(out_t *o) {
     out_str(o, &"          "[__builtin_strlen(policy_name(i)) < 8 ? __builtin_strlen(policy_name(i)) + 2 : 9]);
     static const int width[KNOB_COUNT] = {8, 11, 10};
     for (int j = 0; j < KNOB_COUNT; j++) {
-      long v = knob_value(i, (knob_t)j);
+      long v = policy_knob_of(i, (knob_t)j);
       if (v < 0) out_str(o, &"     never"[10 - width[j]]);
       else out_uint(o, (uint64_t)v, width[j]);
     }

@@ -64,6 +64,7 @@ extern size_t os_page;
 extern unsigned os_page_shift;
 size_t os_page_init(void);
 static inline size_t os_page_size(void) { return __builtin_expect(os_page != 0, 1) ? os_page : os_page_init(); }
+static inline unsigned os_page_log2(void) { return os_page_size(), os_page_shift; }
 /* size rounded up to whole pages (0 if that overflows). */
 static inline size_t os_page_round(size_t size) {
   size_t page = os_page_size();

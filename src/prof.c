@@ -374,6 +374,9 @@ static void write_folded(out_t *o, site_t *first) {
 
 int prof_dump(const char *path) {
   if (!prof_on) return EINVAL;
+  char opt[480];
+  if (path == NULL && !hak_option_path(OPT_PROFILE, opt, sizeof opt)) return ENAMETOOLONG;
+  if (path == NULL) path = opt;
   char folded[512];
   out_t f = out_mem(folded, sizeof folded);
   out_str(&f, path);
@@ -421,9 +424,7 @@ int prof_dump(const char *path) {
 
 void prof_at_exit(void) {
   if (!prof_on) return;
-  char path[480];
-  int err = hak_option_path(OPT_PROFILE, path, sizeof path) ? prof_dump(path) : ENAMETOOLONG;
-  if (err == 0) return;
+  if (prof_dump(NULL) == 0) return;
   out_t o = OUT_FD(2);
   out_str(&o, "hakmem: cannot write the heap profile to ");
   out_str(&o, hak_option_str(OPT_PROFILE));

@@ -48,7 +48,8 @@ void prof_record(void *p, size_t size, size_t counted);
 void prof_forget(const void *p);
 /* realloc moved or resized block old to p, now of size bytes. */
 void prof_moved(const void *old, void *p, size_t size);
-/* Writes the live heap to path and path.folded; 0, or an errno value. */
+/* Writes the live heap to path and path.folded (path NULL: HAKMEM_PROFILE's);
+ * 0, or an errno value. */
 int prof_dump(const char *path);
 /* The profile at exit, to HAKMEM_PROFILE. */
 void prof_at_exit(void);

@@ -211,15 +211,14 @@ void region_fork_lock(bool lock) {
 
 #define REGION_FIRST ((size_t)256 * 1024)
 
-static unsigned page_shift(void) { return os_page_size(), os_page_shift; }
 
 /* The secure build puts a guard page after the header too. */
 uint32_t region_header_pages(void) {
   static _Atomic uint32_t cached; /* the same value, whichever thread computes it */
   uint32_t pages = atomic_load_explicit(&cached, memory_order_relaxed);
   if (likely(pages)) return pages;
-  size_t bytes = offsetof(region_t, page_meta) + run_chunk_meta_bytes((uint32_t)(REGION_SIZE >> page_shift()));
-  pages = (uint32_t)(os_page_round(bytes) >> page_shift()) + (HAKMEM_SECURE ? 1 : 0);
+  size_t bytes = offsetof(region_t, page_meta) + run_chunk_meta_bytes((uint32_t)(REGION_SIZE >> os_page_log2()));
+  pages = (uint32_t)(os_page_round(bytes) >> os_page_log2()) + (HAKMEM_SECURE ? 1 : 0);
   atomic_store_explicit(&cached, pages, memory_order_relaxed);
   return pages;
 }
@@ -230,19 +229,19 @@ bool region_new(run_heap_t *pages, void *owner) {
   char *base = region_get(REGION_FIRST, &mapped, &dirty);
   if (base == NULL) return false;
   region_t *r = (region_t *)base;
-  uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> page_shift());
+  uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> os_page_log2());
   __builtin_memset(r->slabs, 0, sizeof r->slabs);
   /* A unit no slab holds is its own head, with no owner: a pointer into it
    * fails free's owner test and is looked up, never trusted. */
   for (size_t i = 0; i < REGION_UNITS; i++) r->slabs[i].head = &r->slabs[i];
   if (HAKMEM_SECURE) { /* guard pages on both sides of the header */
     os_protect_none(base, os_page_size());
-    os_protect_none(base + ((size_t)(hp - 1) << page_shift()), os_page_size());
+    os_protect_none(base + ((size_t)(hp - 1) << os_page_log2()), os_page_size());
   }
   r->mapped = mapped;
   r->owner = owner;
-  run_chunk_add(pages, &r->pages, base + ((size_t)hp << page_shift()), total - hp,
-                (uint32_t)(mapped >> page_shift()) - hp, r->page_meta, dirty ? os_now_ms() : 0);
+  run_chunk_add(pages, &r->pages, base + ((size_t)hp << os_page_log2()), total - hp,
+                (uint32_t)(mapped >> os_page_log2()) - hp, r->page_meta, dirty ? os_now_ms() : 0);
   map_set(base, REGION_SIZE, MAP_REGION);
   return true;
 }
@@ -257,12 +256,12 @@ bool region_grow(run_heap_t *pages) {
     if (taken) c->pages = c->limit; /* something else lies beyond: this region stays as it is */
     return false;
   }
-  run_chunk_grow(c, (uint32_t)(r->mapped >> page_shift()) - region_header_pages());
+  run_chunk_grow(c, (uint32_t)(r->mapped >> os_page_log2()) - region_header_pages());
   return true;
 }
 
 slab_t *region_span_alloc(run_heap_t *pages, size_t n, bool *dirty) {
-  unsigned shift = page_shift();
+  unsigned shift = os_page_log2();
   uint32_t per_unit = (uint32_t)(UNIT_SIZE >> shift);
   run_t run;
   if (!run_alloc(pages, (uint32_t)n * per_unit, per_unit, &run)) return NULL;
@@ -286,7 +285,7 @@ bool region_span_free(slab_t *s, uint64_t now) {
     d->head = d;
   }
   atomic_fetch_sub_explicit(&region_span_bytes, n * UNIT_SIZE, memory_order_relaxed);
-  unsigned shift = page_shift();
+  unsigned shift = os_page_log2();
   uint32_t page = (uint32_t)(((char *)r + first * UNIT_SIZE - r->pages.base) >> shift);
   return run_free((run_t){.chunk = &r->pages, .page = page, .pages = (uint32_t)(n * UNIT_SIZE >> shift)}, true, now);
 }
@@ -324,7 +323,7 @@ static void usage_of_run(void *ctx, run_t run, bool free) {
 }
 
 void region_usage(region_t *r, region_usage_t *u) {
-  u->meta += os_resident(r, (size_t)region_header_pages() << page_shift());
+  u->meta += os_resident(r, (size_t)region_header_pages() << os_page_log2());
   run_chunk_walk(&r->pages, usage_of_run, u);
 }
 

@@ -422,6 +422,18 @@ bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, ru
   return true;
 }
 
+size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t delay, size_t keep) {
+  size_t n = 0;
+  run_t r;
+  while (run_purge_take(h, now, delay, keep, &r)) {
+    hak_unlock(lock);
+    n += os_purge(run_dirty_addr(r), run_dirty_bytes_of(r));
+    hak_lock(lock);
+    run_free(r, false, now);
+  }
+  return n;
+}
+
 uint64_t run_dirty_since(const run_heap_t *h) { return h->dirty_head ? h->dirty_head->dirty_ms : UINT64_MAX; }
 
 void run_dirty_by_age(const run_heap_t *h, uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]) {

@@ -167,6 +167,10 @@ void run_uncache(run_t r);
  * back (run_dirty_addr, run_dirty_bytes_of); run_free(r, false, ...) returns
  * it clean. False when none is due. */
 bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out);
+/* Purges the dirty free runs due (as run_purge_take takes them), each with
+ * lock (held on entry and on return) released around its system call.
+ * Returns the bytes purged. */
+size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t delay, size_t keep);
 /* The age (ms) of the oldest dirty free run, or UINT64_MAX when none is. */
 uint64_t run_dirty_since(const run_heap_t *h);
 /* Dirty pages of runs dirty for less than age_ms[k], for k < n, into young[k]. */

@@ -24,13 +24,13 @@ static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg) {
   return w->n == w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-/* libgcc's walk from the frame that `from` returns to (the first return
- * address the caller wants): the walkers' own frames are dropped. */
 static _Atomic uint64_t libgcc_walks, rules_read;
 
 uint64_t stackwalk_libgcc_walks(void) { return atomic_load_explicit(&libgcc_walks, memory_order_relaxed); }
 uint64_t stackwalk_rules_read(void) { return atomic_load_explicit(&rules_read, memory_order_relaxed); }
 
+/* libgcc's walk from the frame that `from` returns to (the first return
+ * address the caller wants): the walkers' own frames are dropped. */
 static hak_noinline uint32_t walk_libgcc(uintptr_t *pc, uint32_t max, uintptr_t from) {
   atomic_fetch_add_explicit(&libgcc_walks, 1, memory_order_relaxed);
   uintptr_t buf[STACKWALK_MAX + INNER];

@@ -24,6 +24,14 @@ static char *concat(const char *a, const char *b, const char *c) {
   return s;
 }
 
+/* A path that stays the same when the program changes directory (a copy). */
+static char *absolute(const char *path) {
+  char *cwd = path[0] == '/' ? NULL : getcwd(NULL, 0);
+  char *abs = cwd == NULL ? concat(path, "", "") : concat(cwd, "/", path);
+  free(cwd);
+  return abs;
+}
+
 /* The directory this program lies in, symbolic links resolved; NULL when
  * neither /proc nor argv[0] tells. */
 static char *self_dir(void) {
@@ -42,7 +50,7 @@ static char *self_dir(void) {
 /* The library in dir/rel (rel may be absolute), under its development name
  * or its soname; NULL when neither is there. */
 static char *library_in(const char *dir, const char *rel) {
-  char *joined = rel[0] == '/' ? concat(rel, "", "") : concat(dir, "/", rel);
+  char *joined = rel[0] == '/' ? absolute(rel) : concat(dir, "/", rel);
   char *real = realpath(joined, NULL);
   free(joined);
   if (real == NULL) return NULL;
@@ -64,12 +72,8 @@ static char *library_in(const char *dir, const char *rel) {
 static char *library_path(void) {
   const char *env = getenv("HAKMEM_LIBRARY");
   if (env != NULL && env[0] != 0) {
-    if (strchr(env, '/') == NULL) return concat(env, "", "");
-    if (access(env, R_OK) != 0) tool_fail(1, "HAKMEM_LIBRARY=%s: %s", env, strerror(errno));
-    if (env[0] == '/') return concat(env, "", "");
-    char *cwd = getcwd(NULL, 0);
-    if (cwd == NULL) tool_fail(1, "HAKMEM_LIBRARY=%s: cannot tell the current directory", env);
-    return concat(cwd, "/", env);
+    if (strchr(env, '/') != NULL && access(env, R_OK) != 0) tool_fail(1, "HAKMEM_LIBRARY=%s: %s", env, strerror(errno));
+    return strchr(env, '/') == NULL ? concat(env, "", "") : absolute(env);
   }
   char *dir = self_dir();
   if (dir == NULL) tool_fail(1, "cannot tell where this program lies to find %s; set HAKMEM_LIBRARY", library_name);
@@ -88,10 +92,10 @@ static char *library_path(void) {
 static char *profiling_variant(char *lib) {
   char *slash = strrchr(lib, '/');
   if (slash == NULL) return lib;
-  char *variant = concat("", "", lib);
-  variant[slash - lib + 1] = 0;
-  char *path = concat(variant, "", "libhakmem-profile.so");
-  free(variant);
+  char *dir = strndup(lib, (size_t)(slash - lib) + 1);
+  if (dir == NULL) tool_fail(1, "out of memory");
+  char *path = concat(dir, "", "libhakmem-profile.so");
+  free(dir);
   if (access(path, R_OK) == 0) return path;
   free(path);
   return lib;
@@ -161,14 +165,6 @@ static const char *option_value(const char *opt, int argc, char **argv, int *i) 
   if (arg[len] != 0) return NULL;
   if (*i + 1 >= argc) tool_fail(EXIT_USAGE, "run: %s needs a value (see hakmem --help)", opt);
   return argv[++*i];
-}
-
-/* A path that stays the same when the program changes directory. */
-static const char *absolute(const char *path) {
-  if (path[0] == '/') return path;
-  char *cwd = getcwd(NULL, 0);
-  if (cwd == NULL) return path;
-  return concat(cwd, "/", path);
 }
 
 int cmd_run(int argc, char **argv) {
