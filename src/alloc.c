@@ -158,12 +158,12 @@ hak_inline void *alloc_inline(size_t size) {
 static hak_noinline void free_slow(void *p, heap_t *heap) {
   if (p == NULL) return;
   uint8_t kind = map_kind(p);
+  slab_t *s = kind == MAP_REGION ? slab_of(p) : NULL;
   bool ok = true;
-  if (kind == MAP_REGION && slab_of(p)->kind == SLAB_NONE) {
+  if (s && s->kind == SLAB_NONE) {
     if (unlikely(prof_on)) prof_forget(p);
     ok = large_free(p, true);
-  } else if (kind == MAP_REGION) {
-    slab_t *s = slab_of(p);
+  } else if (s) {
     if ((ok = slab_is_block(s, p))) {
       bool local = slab_heap(s) == heap;
       harden_on_free(s, p);
@@ -175,7 +175,7 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
         if (unlikely(slab_remote_full(s, word))) heap_remote_full(s, word);
       }
     }
-  } else if (kind >= MAP_HUGE && kind != MAP_RESERVED) {
+  } else if (map_kind_is_huge(kind)) {
     learn_active();
     if (unlikely(prof_on)) prof_forget(p);
     ok = huge_free(p);
@@ -262,7 +262,7 @@ static size_t usable_size(const void *p, uint8_t kind) {
     }
     return slab_is_block(s, p) ? s->bsize : 0;
   }
-  if (kind >= MAP_HUGE && kind != MAP_RESERVED) return huge_usable_size(p);
+  if (map_kind_is_huge(kind)) return huge_usable_size(p);
   return 0;
 }
 

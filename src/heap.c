@@ -535,15 +535,10 @@ static void heap_abandon(heap_t *heap) {
   hak_unlock(&heaps_lock);
 }
 
-size_t heap_trim_abandoned(void) {
-  size_t n = 0;
+void heap_trim_abandoned(void) {
   hak_lock(&heaps_lock);
-  for (heap_t *h = abandoned; h; h = h->next_abandoned) {
-    heap_release_empty(h);
-    n += heap_purge(h, os_now_ms(), 0, true, NULL);
-  }
+  for (heap_t *h = abandoned; h; h = h->next_abandoned) heap_release_empty(h);
   hak_unlock(&heaps_lock);
-  return n;
 }
 
 static void heap_thread_exit(void *arg) {

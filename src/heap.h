@@ -113,8 +113,9 @@ void heap_usage(heap_t *h, region_usage_t *u);
 heap_t *heap_all(void);
 /* Threads that hold a heap now. */
 unsigned heap_threads_running(void);
-/* Abandoned heaps' remote frees collected and empty slabs released. */
-size_t heap_trim_abandoned(void);
+/* Abandoned heaps' remote frees collected and empty slabs released (their
+ * pages then purged as every heap's are). */
+void heap_trim_abandoned(void);
 
 /* Hands the calling thread's heap back now, as thread exit does. */
 void heap_thread_done(void);

@@ -171,8 +171,8 @@ void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t 
 
 /* ---- blocks in arenas ------------------------------------------------------------ */
 
-static void *arena_alloc(size_t size, size_t bytes, size_t align, bool zero, size_t room) {
-  size_t units = (MAX(bytes, room) + ARENA_UNIT - 1) >> UNIT_BITS;
+static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
+  size_t units = units_of(MAX(bytes, room));
   uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
   run_t r;
   bool ok = false;
@@ -273,30 +273,37 @@ static void own_free(own_t *h) {
 
 /* ---- the interface ------------------------------------------------------------------ */
 
-void *huge_alloc(size_t size, size_t align, bool zero) {
-  size_t bytes = os_page_round(size ? size : 1);
-  if (bytes == 0 || size > ((size_t)1 << ADDRESS_BITS)) return NULL;
-  void *p = NULL;
-  if (bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE) p = arena_alloc(size, bytes, align, zero, 0);
-  if (p == NULL) p = own_alloc(size, align, 0);
-  if (p == NULL) return NULL;
-  size_t usable = huge_usable_size(p);
-  atomic_fetch_add_explicit(&huge_live_bytes, usable, memory_order_relaxed);
-  stat_alloc(STAT_ROW_HUGE, usable);
+/* The pages a block of size bytes takes; 0 when no block can be that big. */
+static size_t block_bytes(size_t size) {
+  return size > ((size_t)1 << ADDRESS_BITS) ? 0 : os_page_round(size ? size : 1);
+}
+
+/* A huge block whose usable size went from old to now bytes (old 0: new,
+ * now 0: freed), counted in the live bytes and the statistics. */
+static void count_usable(size_t old, size_t now) {
+  atomic_fetch_add_explicit(&huge_live_bytes, now - old, memory_order_relaxed);
+  if (old) stat_free(STAT_ROW_HUGE, old, true);
+  if (now) stat_alloc(STAT_ROW_HUGE, now);
+}
+
+static void *counted(void *p) {
+  if (p) count_usable(0, huge_usable_size(p));
   return p;
 }
 
+void *huge_alloc(size_t size, size_t align, bool zero) {
+  size_t bytes = block_bytes(size);
+  if (bytes == 0) return NULL;
+  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
+  return counted(p ? p : own_alloc(size, align, 0));
+}
+
 void *huge_alloc_growing(size_t size) {
-  size_t bytes = os_page_round(size ? size : 1);
-  if (bytes == 0 || size > ((size_t)1 << ADDRESS_BITS)) return NULL;
+  size_t bytes = block_bytes(size);
+  if (bytes == 0) return NULL;
   size_t room = bytes * 4 / 4 == bytes ? bytes * 4 : bytes; /* room to grow in place: buffers grow by doubling */
-  void *p = room <= ARENA_BLOCK_MAX ? arena_alloc(size, bytes, 0, false, room) : NULL;
-  if (p == NULL) p = own_alloc(size, 0, reserve_for(os_page_size() + bytes));
-  if (p == NULL) return NULL;
-  size_t usable = huge_usable_size(p);
-  atomic_fetch_add_explicit(&huge_live_bytes, usable, memory_order_relaxed);
-  stat_alloc(STAT_ROW_HUGE, usable);
-  return p;
+  void *p = room <= ARENA_BLOCK_MAX ? arena_alloc(bytes, 0, false, room) : NULL;
+  return counted(p ? p : own_alloc(size, 0, reserve_for(os_page_size() + bytes)));
 }
 
 bool huge_free(void *p) {
@@ -304,8 +311,7 @@ bool huge_free(void *p) {
   if (kind == MAP_HUGE || kind == MAP_HUGE_ALIGNED) {
     own_t *h = own_lookup(p, kind);
     if (h == NULL) return false;
-    atomic_fetch_sub_explicit(&huge_live_bytes, h->usable, memory_order_relaxed);
-    stat_free(STAT_ROW_HUGE, h->usable, true);
+    count_usable(h->usable, 0);
     own_free(h);
     return true;
   }
@@ -317,8 +323,7 @@ bool huge_free(void *p) {
   if (r.chunk) run_free_prefix(r, MIN(r.pages, MAX(arena_of_run(r)->touched[r.page], units_of(usable))), now);
   hak_unlock(&huge_lock);
   if (r.chunk == NULL) return false;
-  atomic_fetch_sub_explicit(&huge_live_bytes, usable, memory_order_relaxed);
-  stat_free(STAT_ROW_HUGE, usable, true);
+  count_usable(usable, 0);
   cache_evict(now, false);
   return true;
 }
@@ -407,9 +412,7 @@ void *huge_realloc(void *p, size_t size) {
     if (h == NULL) return NULL;
     size_t old = h->usable;
     if ((h = own_resize(h, bytes)) == NULL) return NULL;
-    atomic_fetch_add_explicit(&huge_live_bytes, h->usable - old, memory_order_relaxed);
-    stat_free(STAT_ROW_HUGE, old, true);
-    stat_alloc(STAT_ROW_HUGE, h->usable);
+    count_usable(old, h->usable);
     return h->block;
   }
   if (kind < MAP_ARENA) return NULL;
@@ -421,7 +424,7 @@ void *huge_realloc(void *p, size_t size) {
   }
   arena_t *a = arena_of_run(r);
   size_t old = a->usable[r.page];
-  uint32_t n = (uint32_t)((bytes + ARENA_UNIT - 1) >> UNIT_BITS);
+  uint32_t n = units_of(bytes);
   bool dirty = false, ok = true;
   uint32_t roomy = (uint32_t)MIN((size_t)n * HUGE_RESERVE, r.chunk->limit - r.page); /* room to grow again in place */
   if (n > r.pages) ok = (roomy > n && run_grow(&r, roomy, &dirty)) || run_grow(&r, n, &dirty);
@@ -438,9 +441,7 @@ void *huge_realloc(void *p, size_t size) {
     if ((q = arena_move_out(p, r, old, size)) == NULL) return NULL;
     now_usable = huge_usable_size(q);
   }
-  atomic_fetch_add_explicit(&huge_live_bytes, now_usable - old, memory_order_relaxed);
-  stat_free(STAT_ROW_HUGE, old, true);
-  stat_alloc(STAT_ROW_HUGE, now_usable);
+  count_usable(old, now_usable);
   return q;
 }
 

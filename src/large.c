@@ -126,12 +126,10 @@ bool large_free(void *p, bool cache) {
 }
 
 size_t large_usable_size(const void *p) {
-  size_t n = large_live_size(p);
-  if (likely(n != 0)) return n;
   heap_t *heap;
   run_t r = block_run(p, &heap);
   if (r.chunk == NULL) return 0;
-  n = run_bytes(r);
+  size_t n = run_bytes(r);
   heap_unlock(heap);
   return n;
 }

@@ -17,10 +17,11 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
 /* Frees Large block p (in a region, on a unit no slab holds); with cache,
  * it may be kept for the next block of its class. False when p is not one. */
 bool large_free(void *p, bool cache);
-/* The usable size of large block p; 0 when p is not one. */
+/* The usable size of large block p, under its heap's lock; 0 when p is not
+ * one. */
 size_t large_usable_size(const void *p);
-/* The same for a live block, read without the heap's lock (run_live_pages):
- * 0 when the read does not confirm one (large_usable_size then decides). */
+/* The same for a live block, read without the lock (run_live_pages): 0 when
+ * the read does not confirm one (large_usable_size then decides). */
 hak_inline size_t large_live_size(const void *p) {
   const run_chunk_t *c = &region_of(p)->pages;
   uintptr_t off = (uintptr_t)p - (uintptr_t)c->base;

@@ -22,6 +22,9 @@ enum map_kind {
 };
 #define MAP_ARENAS 64
 
+/* Whether kind holds huge blocks: an own mapping or an arena. */
+hak_inline bool map_kind_is_huge(uint8_t kind) { return kind >= MAP_HUGE && kind != MAP_RESERVED; }
+
 #define MAP_FAST_ENTRIES ((size_t)1 << 18) /* 1 TiB */
 extern uint8_t map_fast[MAP_FAST_ENTRIES];
 

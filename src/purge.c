@@ -82,7 +82,7 @@ bool purge_all(void) {
   size_t n = 0;
   heap_t *self = heap_get();
   if (self != &hak_heap_empty) n += heap_trim(self);
-  n += heap_trim_abandoned();
+  heap_trim_abandoned(); /* before the loop below purges their heaps */
   for (heap_t *h = heap_all(); h; h = h->next_all)
     if (h != self) n += heap_purge(h, now, 0, true, NULL);
   n += region_pool_purge(now, 0, false, NULL);
