@@ -120,39 +120,24 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
   return NULL;
 }
 
-/* A block's next one is fetched for writing: a block another thread
- * freed is still dirty in that thread's cache, and one transfer for writing
- * costs less than a read and then an upgrade. */
-hak_inline void prefetch_write(const void *p) {
-#if defined(__x86_64__)
-  __asm__("prefetchw (%0)" : : "r"(p));
-#else
-  __builtin_prefetch(p, 1);
-#endif
-}
-
 /* The profiling library (HAKMEM_PROFILING) counts each allocation against
  * the heap's sampling interval first. */
 hak_inline void *alloc_inline(size_t size) {
-  heap_t *heap = heap_get();
-  if (HAKMEM_PROFILING && unlikely((heap->sample_left -= (int64_t)size) < 0)) return alloc_slow(size, heap, 0, false);
+  if (HAKMEM_PROFILING && unlikely((heap_get()->sample_left -= (int64_t)size) < 0))
+    return alloc_slow(size, heap_get(), 0, false);
   slab_t *s;
   size = harden_min_size(size);
   block_t *b;
   if (size <= DIRECT_MAX) {
-    s = heap->direct[(size + 7) >> 3];
+    s = hak_tls_view.direct[(size + 7) >> 3];
     b = s->free;
-    if (likely(slab_take(s, b))) {
-      slab_pop_taken(s, b);
-      prefetch_write(s->free);
-      return b;
-    }
+    if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
   } else if (size <= SMALL_MAX) {
-    s = heap->mid[(size + 255) >> 8];
+    s = hak_tls_view.mid[(size + 255) >> 8];
     b = s->free;
     if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
   }
-  return alloc_slow(size, heap, 0, false);
+  return alloc_slow(size, heap_get(), 0, false);
 }
 
 static hak_noinline void free_slow(void *p, heap_t *heap) {
@@ -174,6 +159,10 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
         uint64_t word = slab_free_remote(s, p);
         if (unlikely(slab_remote_full(s, word))) heap_remote_full(s, word);
       }
+    } else if (slab_is_inside_block(s, p)) {
+      stat_inc(bad_frees);
+      harden_inside_block(p); /* returns only to ignore the free */
+      ok = true;
     }
   } else if (map_kind_is_huge(kind)) {
     learn_active();
@@ -191,7 +180,8 @@ hak_inline void free_inline(void *p) {
   size_t i = map_index(p);
   if (likely(map_fast_is_region(i))) {
     slab_t *s = slab_of_entry(i, p);
-    if (likely(slab_owned_by(s, heap))) {
+    /* the secure build checks the pointer with the rest (harden_on_free) */
+    if (likely(slab_owned_by(s, heap) && (HAKMEM_SECURE || slab_block_at(s, p)))) {
       block_t *b = p;
       harden_on_free(s, b);
       block_link(s, b, s->free);
@@ -205,8 +195,8 @@ hak_inline void free_inline(void *p) {
 
 /* ---- alignment ------------------------------------------------------------ */
 
-/* Blocks of a class start at multiples of its size from a 64 KiB boundary,
- * so the first class at least max(size, align) whose size is a multiple of
+/* Blocks of a class start at multiples of its size (slab_block_at), so the
+ * first class at least max(size, align) whose size is a multiple of
  * align gives aligned blocks; it always lies within one alignment of the
  * size's own class. */
 static void *alloc_aligned(size_t size, size_t align) {

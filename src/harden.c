@@ -11,10 +11,19 @@ void harden_fail(const char *what, const void *p) {
   abort();
 }
 
-void harden_list_broken(const void *p) {
-  const char *what = "malloc: a double free, or a write to a freed block: its free list is corrupted at";
+/* Aborts unless HAKMEM_ON_ERROR=report, where it writes the line with `then`. */
+static void fail_unless_report(const char *what, const void *p, const char *then) {
   if (HAKMEM_SECURE || hak_option_str(OPT_ON_ERROR)[0] != 'r') harden_fail(what, p);
-  out_pointer_line(what, p, "; that list is dropped (HAKMEM_ON_ERROR=report)\n");
+  out_pointer_line(what, p, then);
+}
+
+void harden_list_broken(const void *p) {
+  fail_unless_report("malloc: a double free, or a write to a freed block: its free list is corrupted at", p,
+                     "; that list is dropped (HAKMEM_ON_ERROR=report)\n");
+}
+
+void harden_inside_block(const void *p) {
+  fail_unless_report("free of a pointer inside a block", p, "; ignored (HAKMEM_ON_ERROR=report)\n");
 }
 
 /* A SplitMix64 stream from a kernel seed: the keys and shuffles of the

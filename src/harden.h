@@ -8,6 +8,9 @@
  * (a write after free, an overflow into a free neighbour) lacks the bit and
  * is refused before it is followed. Either writes one line and aborts
  * (HAKMEM_ON_ERROR=report: the list is dropped instead, its blocks lost).
+ * free() takes a small block only at a block's start (slab_block_at: a
+ * multiply and a compare on the fast path); a pointer inside a block writes
+ * one line and aborts (report: the free is ignored).
  * See docs/security.md for what this does not catch.
  *
  * The secure build (HAKMEM_SECURE=1, libhakmem-secure.so):
@@ -16,7 +19,7 @@
  *   to an address of the attacker's choosing;
  * - a freed block carries a tag (its address mixed with the key) in its
  *   second word: freeing it again is caught; blocks are at least 16 bytes;
- * - free() checks that the pointer starts a block of its slab;
+ * - free() also checks that the pointer lies before its slab's last block;
  * - fresh blocks are handed out in random order; region headers sit between
  *   guard pages (region.c).
  * A failed check writes one line to stderr and aborts. */
@@ -32,6 +35,9 @@ void harden_fail(const char *what, const void *p) __attribute__((noreturn, cold)
 /* A free list found corrupted at p: one line on stderr, then abort, or
  * return with HAKMEM_ON_ERROR=report (the secure build always aborts). */
 void harden_list_broken(const void *p) __attribute__((cold));
+/* free(p) of a pointer inside a small block: one line on stderr, then abort,
+ * or return with HAKMEM_ON_ERROR=report (the free is ignored). */
+void harden_inside_block(const void *p) __attribute__((cold));
 uint64_t harden_random(void);
 
 #define BLOCK_FREE_BIT ((uintptr_t)1 << 63)
@@ -105,8 +111,7 @@ hak_inline void harden_on_alloc(const slab_t *s, block_t *b) {
 /* A block comes back to slab s: it must start a block and not be free. */
 hak_inline void harden_on_free(const slab_t *s, block_t *b) {
   if (!HAKMEM_SECURE) return;
-  size_t off = (size_t)((char *)b - slab_start(s));
-  if ((char *)b >= s->end || ((off * s->recip) >> 48) * s->bsize != off)
+  if ((char *)b >= s->end || (char *)b < slab_first(s) || !slab_block_at(s, b))
     harden_fail("free of a pointer inside a block", b);
   if (((uint64_t *)b)[1] == secure_tag(s, b)) harden_fail("double free", b);
   ((uint64_t *)b)[1] = secure_tag(s, b);

@@ -11,11 +11,11 @@
 
 slab_t hak_slab_empty = {.free = (block_t *)&hak_slab_empty.free};
 #define EMPTY_VIEWS {[0 ... NUM_CLASSES - 1] = &hak_slab_empty}
-heap_t hak_heap_empty = {.direct = {[0 ... DIRECT_MAX / 8] = &hak_slab_empty},
-                         .mid = {[0 ... SMALL_MAX / 256] = &hak_slab_empty},
-                         .active = EMPTY_VIEWS, .cur = EMPTY_VIEWS,
+heap_t hak_heap_empty = {.active = EMPTY_VIEWS, .cur = EMPTY_VIEWS,
                          .empty = {.free = (block_t *)&hak_heap_empty.empty.free}};
 __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+__thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec"))) = {
+    .direct = {[0 ... DIRECT_MAX / 8] = &hak_slab_empty}, .mid = {[0 ... SMALL_MAX / 256] = &hak_slab_empty}};
 
 static hak_lock_t heaps_lock;
 static heap_t *abandoned;         /* under heaps_lock */
@@ -53,16 +53,29 @@ static void queue_remove(heap_t *heap, slab_t *s) {
   s->queued = 0;
 }
 
-/* Points the fast paths of class cls at s (a slab, a proxy, or the heap's
- * empty view): its entry in active[] and the direct[] (up to DIRECT_MAX) or
- * mid[] entries of its sizes, so that malloc needs no class lookup. */
-static void heap_set_active(heap_t *heap, unsigned cls, slab_t *s) {
-  heap->active[cls] = s;
+/* Points the entries of class cls's sizes in the calling thread's view at s. */
+static void view_set(unsigned cls, slab_t *s) {
   size_t size = hak_class_size[cls], prev = cls ? hak_class_size[cls - 1] : 0;
   if (size > DIRECT_MAX)
-    for (size_t i = (prev >> 8) + 1; i <= size >> 8; i++) heap->mid[i] = s;
+    for (size_t i = (prev >> 8) + 1; i <= size >> 8; i++) hak_tls_view.mid[i] = s;
   else
-    for (size_t i = cls ? (prev + 8) >> 3 : 0; i <= (size + 7) >> 3; i++) heap->direct[i] = s;
+    for (size_t i = cls ? (prev + 8) >> 3 : 0; i <= (size + 7) >> 3; i++) hak_tls_view.direct[i] = s;
+}
+
+/* The calling thread's view starts or stops showing heap h's active[]. A
+ * thread with no heap sees &hak_slab_empty for every class, so only the
+ * classes h has a view of are written. */
+static void view_bind(const heap_t *h, bool bind) {
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
+    if (h->active[cls] != &hak_slab_empty) view_set(cls, bind ? h->active[cls] : &hak_slab_empty);
+}
+
+/* Points the fast paths of class cls at s (a slab, a proxy, or the heap's
+ * empty view): its entry in active[] and, when the calling thread runs the
+ * heap, its sizes' entries in the thread's view. */
+static void heap_set_active(heap_t *heap, unsigned cls, slab_t *s) {
+  heap->active[cls] = s;
+  if (heap == hak_tls_heap) view_set(cls, s);
 }
 
 /* A slab set aside full remembers how often its owner had collected its
@@ -451,6 +464,7 @@ heap_t *heap_init_thread(void) {
   }
   atomic_store_explicit(&h->active_ms, os_now_ms(), memory_order_relaxed);
   hak_tls_heap = h;
+  view_bind(h, true);
   pthread_setspecific(heap_key, h);
   atomic_fetch_add_explicit(&heaps_running, 1, memory_order_relaxed);
   return h;
@@ -543,7 +557,10 @@ void heap_trim_abandoned(void) {
 
 static void heap_thread_exit(void *arg) {
   heap_t *heap = arg;
-  if (hak_tls_heap == heap) hak_tls_heap = &hak_heap_empty;
+  if (hak_tls_heap == heap) {
+    hak_tls_heap = &hak_heap_empty;
+    view_bind(heap, false);
+  }
   heap_abandon(heap);
 }
 
@@ -551,6 +568,7 @@ void heap_thread_done(void) {
   heap_t *heap = hak_tls_heap;
   if (heap == &hak_heap_empty) return;
   hak_tls_heap = &hak_heap_empty;
+  view_bind(heap, false);
   pthread_setspecific(heap_key, NULL);
   heap_abandon(heap);
 }

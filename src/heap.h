@@ -35,8 +35,6 @@ typedef struct {
 struct heap_s {
   slab_inbox_t inbox;               /* first: slabs with remote frees (slab.h) */
   int64_t sample_left;              /* heap profiler: bytes before the next sample (alloc.c) */
-  slab_t *direct[DIRECT_MAX / 8 + 1]; /* malloc's view by (size + 7) / 8: active[] of the size's class */
-  slab_t *mid[SMALL_MAX / 256 + 1]; /* the same by (size + 255) / 256, for Mid sizes */
   slab_t *active[NUM_CLASSES];      /* the fast path's view: a slab, a sampling proxy, or &empty */
   slab_t *cur[NUM_CLASSES];         /* the slab each class allocates from; it holds one extra use */
   slab_queue_t queue[NUM_CLASSES];
@@ -66,6 +64,18 @@ struct heap_s {
 extern slab_t hak_slab_empty;
 extern heap_t hak_heap_empty;
 extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
+
+/* malloc's view of the thread's heap: active[] of each size's class, by
+ * (size + 7) / 8 up to DIRECT_MAX and by (size + 255) / 256 beyond, so that
+ * malloc needs no class lookup. It lives in TLS, not in the heap, so that
+ * malloc reads it at a fixed offset from the thread pointer without loading
+ * the heap's address first. Only the thread running the heap writes it
+ * (heap_set_active); a thread with no heap sees every entry empty. */
+typedef struct {
+  slab_t *direct[DIRECT_MAX / 8 + 1];
+  slab_t *mid[SMALL_MAX / 256 + 1];
+} heap_view_t;
+extern __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec")));
 
 hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
 

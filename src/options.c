@@ -33,7 +33,7 @@ static option_desc_t options[OPT_COUNT] = {
                              "1: a thread of hakmem's own returns freed memory while the program is idle", 0},
   [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
   [OPT_ON_ERROR] = {"ON_ERROR", 0, 0,
-                    "abort (default) or report: what a double free or a corrupted free list does", 0, .is_str = true},
+                    "abort (default) or report: what a double free, a corrupted list or a free inside a block does", 0, .is_str = true},
   [OPT_LEARN] = {"LEARN", 0, 1, "learn the purge/cache strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
   [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory", 0},
   [OPT_LEARN_WEIGHT] = {"LEARN_WEIGHT", 0, 50, "percent weight on time in the OS against memory held (0..100)", 0},

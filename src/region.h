@@ -56,6 +56,23 @@ hak_inline char *slab_start(const slab_t *s) {
   region_t *r = region_of(s);
   return (char *)r + (size_t)(s - r->slabs) * UNIT_SIZE;
 }
+/* A block starts where an address's low 32 bits are a multiple of the block
+ * size; a slab's first block is the first such address in it. So whether p
+ * starts a block takes one multiply and one compare, with no slab offset:
+ * for n < 2^32, n * ceil(2^64 / d) mod 2^64 < ceil(2^64 / d) exactly when d
+ * divides n. A size that is a multiple of an alignment keeps its blocks
+ * aligned (2^32 is a multiple of the alignment too). */
+hak_inline bool slab_block_at(const slab_t *s, const void *p) {
+  uint64_t n = (uint32_t)(uintptr_t)p;
+#if HAK_ASM_EQ /* both operands from memory: no register for divc on free's fast path */
+  bool below;
+  __asm__("imulq %2, %0\n\tcmpq %2, %0" : "+r"(n), "=@ccb"(below) : "m"(s->divc));
+  return below;
+#else
+  return n * s->divc < s->divc;
+#endif
+}
+hak_inline char *slab_first(const slab_t *s) { return s->end - (size_t)s->capacity * s->bsize; }
 
 /* ---- region memory ----------------------------------------------------- */
 

@@ -14,15 +14,16 @@ void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh
   s->idle = s->purged = 0;
   s->fresh = fresh;
   s->bsize = (uint32_t)bsize;
-  s->recip = (((uint64_t)1 << 48) + bsize - 1) / bsize;
+  s->divc = UINT64_MAX / bsize + 1;
   if (HAKMEM_SECURE) s->key = harden_random() | 1;
   s->cls = (uint8_t)cls;
   s->kind = SLAB_SMALL;
   s->queued = 0;
-  s->capacity = (uint32_t)(bytes / bsize);
   char *start = slab_start(s);
-  s->end = start + (size_t)s->capacity * bsize;
-  __atomic_store_n(&s->bump, start, __ATOMIC_RELAXED); /* remote frees read it to validate */
+  size_t pad = (bsize - (uint32_t)(uintptr_t)start % bsize) % bsize; /* up to the first block (slab_block_at) */
+  s->capacity = (uint32_t)((bytes - pad) / bsize);
+  s->end = start + pad + (size_t)s->capacity * bsize;
+  __atomic_store_n(&s->bump, start + pad, __ATOMIC_RELAXED); /* remote frees read it to validate */
   s->next = s->prev = s->remote_next = NULL;
   atomic_store_explicit(&s->owner, (uintptr_t)owner | flags, memory_order_release);
 }
@@ -53,7 +54,7 @@ void slab_reset(slab_t *s) {
   s->fresh = 1;
   s->sparse[0] = s->sparse[1] = 0;
   s->sparse_seen = 0;
-  __atomic_store_n(&s->bump, slab_start(s), __ATOMIC_RELAXED);
+  __atomic_store_n(&s->bump, slab_first(s), __ATOMIC_RELAXED);
 }
 
 /* A trapped page fault costs several times what the same page costs inside
@@ -103,7 +104,8 @@ static bool pages_hit(const uint64_t *mask, size_t first, size_t last) {
 size_t slab_purge_sparse(slab_t *s) {
   size_t page = os_page_size(), bsize = s->bsize;
   char *start = slab_start(s);
-  size_t carved = (size_t)(s->bump - start) / bsize, npages = (carved * bsize + page - 1) / page;
+  size_t pad = (size_t)(slab_first(s) - start), carved = (size_t)(s->bump - start - pad) / bsize;
+  size_t npages = (pad + carved * bsize + page - 1) / page;
   if (HAKMEM_SECURE || !slab_has_free(s) || (size_t)s->used * 4 > carved || npages > SLAB_MAX_PAGES) return 0;
   if (s->sparse_seen == (s->used | SPARSE_SEEN)) return 0; /* likely nothing new since */
   s->sparse_seen = s->used | SPARSE_SEEN;
@@ -115,7 +117,9 @@ size_t slab_purge_sparse(slab_t *s) {
   uint64_t mask[SLAB_MAX_PAGES / 64] = {0};
   bool any = false;
   for (size_t p = 0; p < npages; p++) {
-    size_t first = p * page / bsize, last = ((p + 1) * page - 1) / bsize;
+    size_t lo = p * page, hi = lo + page - 1; /* offsets in the slab; blocks start at pad */
+    if (hi < pad) continue;
+    size_t first = lo < pad ? 0 : (lo - pad) / bsize, last = (hi - pad) / bsize;
     if (last >= carved) last = carved - 1;
     if (nfree[p] == last - first + 1) mask[p / 64] |= (uint64_t)1 << (p % 64), any = true;
   }
@@ -151,9 +155,10 @@ size_t slab_purge_sparse(slab_t *s) {
 void slab_unpurge(slab_t *s) {
   size_t page = os_page_size(), bsize = s->bsize;
   char *start = slab_start(s);
+  size_t pad = (size_t)(slab_first(s) - start);
   block_t *head = s->free;
-  for (size_t i = (size_t)(s->bump - start) / bsize; i-- > 0;) {
-    size_t off = i * bsize;
+  for (size_t i = (size_t)(s->bump - start - pad) / bsize; i-- > 0;) {
+    size_t off = pad + i * bsize;
     if (!pages_hit(s->sparse, off / page, (off + bsize - 1) / page)) continue;
     block_t *b = (block_t *)(start + off);
     block_link(s, b, head);

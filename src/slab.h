@@ -33,16 +33,15 @@ hak_inline bool slab_owned_by(const slab_t *s, const void *h) {
 /* The owning heap (the owner word without its flags). */
 hak_inline void *slab_heap(const slab_t *s) { return (void *)(slab_owner(s) & ~(uintptr_t)SLAB_F_MASK); }
 
-/* Whether p is the start of a block this slab has handed out. */
-hak_inline bool slab_is_block(const slab_t *s, const void *p) {
-  if (s->kind != SLAB_SMALL || slab_owner(s) == 0) return false;
-  char *start = slab_start(s);
-  if ((const char *)p < start) return false;
-  size_t off = (size_t)((const char *)p - start);
-  /* off < 512 KiB and bsize < 64 KiB keep the reciprocal exact */
-  uint64_t index = (off * s->recip) >> 48;
-  return index * s->bsize == off && (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
+/* Whether p lies in the blocks this slab has carved (handed out or free). */
+hak_inline bool slab_carved(const slab_t *s, const void *p) {
+  return s->kind == SLAB_SMALL && slab_owner(s) != 0 && (const char *)p >= slab_first(s) &&
+         (const char *)p < __atomic_load_n(&s->bump, __ATOMIC_RELAXED);
 }
+/* Whether p is the start of a block this slab has handed out. */
+hak_inline bool slab_is_block(const slab_t *s, const void *p) { return slab_carved(s, p) && slab_block_at(s, p); }
+/* Whether p points inside one of its blocks, past the block's start. */
+hak_inline bool slab_is_inside_block(const slab_t *s, const void *p) { return slab_carved(s, p) && !slab_block_at(s, p); }
 
 /* Pops b, the head of s->free, which block_take has taken. */
 hak_inline block_t *slab_pop_taken(slab_t *s, block_t *b) {

@@ -51,7 +51,7 @@ typedef struct slab_s {
   struct slab_s *head;           /* the slab's head descriptor */
   uint32_t bsize;                /* block size */
   uint32_t capacity;             /* blocks */
-  uint64_t recip;                /* ceil(2^48 / bsize): block index without a division */
+  uint64_t divc;                 /* ceil(2^64 / bsize): block_at's multiplier */
   uint64_t key;                  /* free-list link key (harden.h) */
   char *end;                     /* end of the last whole block */
   struct slab_s *next, *prev;    /* the heap's class queue, or its idle list */

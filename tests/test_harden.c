@@ -1,14 +1,18 @@
 /* test_harden.c - what the default build catches (docs/security.md): a
- * double free of every size class, later or from two threads at once, and
- * a free list link overwritten after free or by an overflow. Each case runs
- * the bad program in a child, which must end with SIGABRT after one line
- * on stderr and never get the same block twice (it exits 3 if it does).
- * Case report_mode (CTest sets HAKMEM_ON_ERROR=report) checks the other
- * outcome: one line, the list dropped, every block still distinct.
+ * double free of every size class, later, from two threads at once or
+ * after its slab was emptied and reused; a free list link overwritten after
+ * free or by an overflow; a free of a pointer inside a block of every size
+ * class, by its owner or another thread. Each case runs the bad program in
+ * a child, which must end with SIGABRT after one line on stderr and never
+ * get the same block twice (it exits 3 if it does). Case report_mode (CTest
+ * sets HAKMEM_ON_ERROR=report) checks the other outcome: one line, the list
+ * dropped, every block still distinct; each interior free ignored, and no
+ * block handed out over the live one it pointed into.
  *
  * usage: test_harden [CASE|all]
  */
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "testutil.h"
 
@@ -92,15 +96,80 @@ static void overflow_into_free(void *arg)
   take_distinct(64, 4);
 }
 
+/* A block of size bytes, freed by a pointer into it (16 bytes in, or half
+ * way for the smallest classes); then the block's neighbours. */
+static size_t interior_offset(size_t size) { return size >= 32 ? 16 : size / 2; }
+
+static void interior_free(void *arg)
+{
+  size_t size = *(size_t *)arg;
+  char *p = tu_launder(malloc(size));
+  free(p + interior_offset(size));
+  take_distinct(size, 4);
+}
+
+static void *free_it(void *p)
+{
+  free(p);
+  return NULL;
+}
+
+/* The same, by a thread that does not own the block's slab. */
+static void interior_free_remote(void *arg)
+{
+  char *p = tu_launder(malloc(64));
+  pthread_t t;
+  pthread_create(&t, NULL, free_it, p + 16);
+  pthread_join(t, NULL);
+  take_distinct(64, 4);
+}
+
+/* A slab emptied and its memory reused (by its class and another) before a
+ * block of it is freed again: a stale pointer that does not start a live
+ * block. Every block handed out after must be new (exit 3 if not). */
+enum { REUSE_N = 3000 };
+static char *reuse_old[REUSE_N], *reuse_held[REUSE_N];
+
+static bool reuse_is_held(const char *q)
+{
+  for (size_t i = 0; i < REUSE_N; i++)
+    if (reuse_held[i] == q) return true;
+  return false;
+}
+
+static void double_free_after_reuse(void *arg)
+{
+  for (size_t i = 0; i < REUSE_N; i++) reuse_old[i] = tu_launder(malloc(64));
+  for (size_t i = 0; i < REUSE_N; i++) free(reuse_old[i]); /* every slab of the class empties */
+  for (size_t i = 0; i < REUSE_N; i++) reuse_held[i] = tu_launder(malloc(i % 2 ? 64 : 48));
+  size_t stale = 0;
+  while (stale < REUSE_N && reuse_is_held(reuse_old[stale])) stale++;
+  if (stale == REUSE_N) _exit(4); /* every old block is live again: the case cannot be made */
+  free(reuse_old[stale]);
+  for (size_t size = 48; size <= 64; size += 16)
+    for (size_t i = 0; i < 2 * REUSE_N; i++) {
+      char *q = tu_launder(malloc(size));
+      if (reuse_is_held(q)) {
+        tu_say(1, "a live block handed out again: %p (%zu B)\n", q, size);
+        _exit(3);
+      }
+    }
+}
+
 /* Runs bad(arg) in a child: SIGABRT, one line on stderr naming the problem. */
-static void expect_abort(void (*bad)(void *), void *arg, const char *what)
+static void expect_abort_with(void (*bad)(void *), void *arg, const char *what, const char *problem)
 {
   char out[4096], why[64];
   int st = tu_child_output(bad, arg, 20, out, sizeof out);
   CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "%s: child ended with %s, not SIGABRT", what,
          tu_status_str(st, why, sizeof why));
-  CHECKF(strstr(out, "hakmem") && strstr(out, "double free"), "%s: stderr was \"%s\"", what, out);
+  CHECKF(strstr(out, "hakmem") && strstr(out, problem), "%s: stderr was \"%s\"", what, out);
   CHECKF(strchr(out, '\n') == out + strlen(out) - 1, "%s: want one line, got \"%s\"", what, out);
+}
+
+static void expect_abort(void (*bad)(void *), void *arg, const char *what)
+{
+  expect_abort_with(bad, arg, what, "double free");
 }
 
 static void test_double_free_every_class(void)
@@ -118,6 +187,64 @@ static void test_double_free_threads(void) { expect_abort(double_free_threads, N
 static void test_overwritten_link(void) { expect_abort(overwritten_link, NULL, "link overwritten after free"); }
 static void test_overflow_into_free(void) { expect_abort(overflow_into_free, NULL, "overflow into a free block"); }
 
+/* The sizes of the program (48, 64, 5,000, 20,000 B) and every class. */
+static void test_interior_free_every_class(void)
+{
+  static const size_t odd[] = {5000, 20000};
+  for (size_t i = 0; i < sizeof class_sizes / sizeof *class_sizes + 2; i++) {
+    const size_t *size = i < 2 ? &odd[i] : &class_sizes[i - 2];
+    char what[64];
+    snprintf(what, sizeof what, "free(p + %zu) of %zu B", interior_offset(*size), *size);
+    expect_abort_with(interior_free, (void *)size, what, "inside a block");
+  }
+  printf("test_harden: free of a pointer inside a block, %zu sizes -> SIGABRT\n",
+         sizeof class_sizes / sizeof *class_sizes + 2);
+}
+
+/* Caught (a double free when the block is taken, or a pointer inside a
+ * block), or reported and ignored where the block's memory is no block now. */
+static void test_double_free_after_reuse(void)
+{
+  char out[4096], why[64];
+  int st = tu_child_output(double_free_after_reuse, NULL, 20, out, sizeof out);
+  bool caught = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && (strstr(out, "double free") || strstr(out, "inside a block"));
+  bool ignored = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(out, "not allocated by hakmem");
+  CHECKF(caught || ignored, "child ended with %s; stderr \"%s\" (3: a live block handed out again)",
+         tu_status_str(st, why, sizeof why), out);
+  CHECKF(strchr(out, '\n') == out + strlen(out) - 1, "want one line, got \"%s\"", out);
+  printf("test_harden: double free after the slab was reused: %s\n", caught ? "caught" : "reported, ignored");
+}
+
+static void test_interior_free_remote(void)
+{
+  expect_abort_with(interior_free_remote, NULL, "free(p + 16) by another thread", "inside a block");
+}
+
+/* Report mode: every 8-byte offset inside a live block (the first 256 bytes
+ * and its last word) freed; each is ignored, and no block handed out after
+ * overlaps the live one. The child writes one line per free. */
+static size_t interior_offsets(size_t size, size_t *offs)
+{
+  size_t n = 0;
+  for (size_t off = 8; off < size && off < 256; off += 8) offs[n++] = off;
+  if (size - 8 >= 256) offs[n++] = size - 8;
+  return n;
+}
+
+static void interior_every_offset(void *arg)
+{
+  size_t size = *(size_t *)arg, offs[40];
+  char *p = tu_launder(malloc(size));
+  for (size_t i = 0, n = interior_offsets(size, offs); i < n; i++) free(p + offs[i]);
+  for (int i = 0; i < 256; i++) {
+    char *q = tu_launder(malloc(size));
+    if (q < p + size && p < q + size) {
+      tu_say(1, "block %p overlaps the live %p (%zu B)\n", q, p, size);
+      _exit(3);
+    }
+  }
+}
+
 /* HAKMEM_ON_ERROR=report: the same programs report, drop the list, go on. */
 static void test_report_mode(void)
 {
@@ -132,14 +259,28 @@ static void test_report_mode(void)
            tu_status_str(st, why, sizeof why));
     CHECKF(strstr(out, "dropped") && strchr(out, '\n') == out + strlen(out) - 1, "program %zu: stderr \"%s\"", i, out);
   }
+  static const size_t sizes[] = {48, 64, 5000, 20000};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    char out[8192], why[64];
+    int st = tu_child_output(interior_every_offset, (void *)&sizes[i], 20, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "interior frees of %zu B: %s (3: a block over the live one)",
+           sizes[i], tu_status_str(st, why, sizeof why));
+    size_t lines = 0, offs[40], want = interior_offsets(sizes[i], offs);
+    for (const char *c = out; (c = strstr(c, "inside a block")) != NULL; c++) lines++;
+    CHECKF(lines == want && strstr(out, "ignored"), "interior frees of %zu B: %zu reports of %zu; stderr \"%.200s\"",
+           sizes[i], lines, want, out);
+  }
 }
 
 static const tu_case_t cases[] = {
   {"double_free_every_class", test_double_free_every_class, 0},
   {"double_free_later", test_double_free_later, 0},
   {"double_free_threads", test_double_free_threads, 0},
+  {"double_free_after_reuse", test_double_free_after_reuse, 0},
   {"overwritten_link", test_overwritten_link, 0},
   {"overflow_into_free", test_overflow_into_free, 0},
+  {"interior_free_every_class", test_interior_free_every_class, 0},
+  {"interior_free_remote", test_interior_free_remote, 0},
   {"report_mode", test_report_mode, TU_BY_NAME},
 };
 

@@ -64,10 +64,10 @@ static void sample_tick(void) { learn_tick(0); }
 static long knob(int k) { return policy_knob((knob_t)k); }
 static size_t bigcache_bytes(void) { return huge_cached_bytes(); } /* bytes in the BigCache */
 static unsigned class_of(size_t size) { return size_class(size); }
-static ptrdiff_t slab_carved(const void *block) /* bytes carved so far in block's slab */
+static ptrdiff_t carved_bytes(const void *block) /* bytes carved so far in block's slab */
 {
   slab_t *s = slab_of(block);
-  return s->bump - slab_start(s);
+  return s->bump - slab_first(s);
 }
 static unsigned carve_batch(unsigned cls) { return heap_get()->carve_n[cls]; } /* this thread's */
 static uint32_t carves(void) { return heap_get()->carves; }                   /* this thread's, all classes */
@@ -368,7 +368,7 @@ static void *carve_thread(void *arg)
   unsigned cb = class_of(big), cs = class_of(small);
   void *one = hak_malloc(big);
   CHECK(one != NULL);
-  CHECKF(slab_carved(one) == (ptrdiff_t)big, "first carve of a 32 KiB class took %td bytes", slab_carved(one));
+  CHECKF(carved_bytes(one) == (ptrdiff_t)big, "first carve of a 32 KiB class took %td bytes", carved_bytes(one));
   CHECKF(carve_batch(cb) == 1, "cold batch %u", carve_batch(cb));
   hak_free(one);
 

@@ -82,6 +82,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
   if (strcmp(cmd, "options") == 0) return cmd_options(argc - 1, argv + 1);
   if (strcmp(cmd, "report") == 0) return cmd_report(argc - 1, argv + 1);
+  if (strcmp(cmd, TOOL_OPTIONS_CHILD) == 0) return cmd_options_child(argc - 1, argv + 1);
   if (cmd[0] == '-') tool_fail(EXIT_USAGE, "unknown option %s (see hakmem --help)", cmd);
   tool_fail(EXIT_USAGE, "unknown command %s (see hakmem --help)", cmd);
 }

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tool.h"
@@ -101,17 +103,36 @@ static char *profiling_variant(char *lib) {
   return lib;
 }
 
-typedef void options_print_fn(int fd);
+/* Writes the library's options table to fd. The library is not dlopen'ed
+ * here: its malloc view lives in initial-exec TLS, more than the dynamic
+ * linker keeps spare for a library loaded after start-up. A child of this
+ * command, run again with the library preloaded, prints it instead. */
+static void library_options_print(const char *lib, int fd) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) tool_fail(1, "cannot read the options table: %s", strerror(errno));
+  if (pid == 0) {
+    char fdarg[16];
+    snprintf(fdarg, sizeof fdarg, "%d", fd);
+    fcntl(fd, F_SETFD, 0);
+    setenv("LD_PRELOAD", lib, 1);
+    execl("/proc/self/exe", tool_argv0, TOOL_OPTIONS_CHILD, fdarg, lib, (char *)NULL);
+    char *self = tool_which(tool_argv0);
+    if (self) execl(self, tool_argv0, TOOL_OPTIONS_CHILD, fdarg, lib, (char *)NULL);
+    _exit(1);
+  }
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) exit(1); /* the child said why */
+}
 
-/* The library's hak_options_print. Loaded with RTLD_LOCAL, the library does
- * not replace this program's malloc. */
-static options_print_fn *library_options_print(const char *lib) {
-  void *handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-  if (handle == NULL) tool_fail(1, "cannot load %s", dlerror());
-  options_print_fn *print;
-  *(void **)&print = dlsym(handle, "hak_options_print");
-  if (print == NULL) tool_fail(1, "%s has no hak_options_print", lib);
-  return print;
+int cmd_options_child(int argc, char **argv) {
+  void (*print)(int);
+  *(void **)&print = dlsym(RTLD_DEFAULT, "hak_options_print");
+  if (argc != 3 || print == NULL) tool_fail(1, "%s is not hakmem's library (no hak_options_print)", argc == 3 ? argv[2] : "?");
+  print(atoi(argv[1]));
+  return 0;
 }
 
 /* The library's options table, as hak_options_print writes it: one option a
@@ -120,7 +141,7 @@ static char *options_table(const char *lib) {
   int fd = memfd_create("hakmem-options", MFD_CLOEXEC);
   FILE *f = fd >= 0 ? fdopen(fd, "w+") : tmpfile();
   if (f == NULL) tool_fail(1, "cannot read the options table: %s", strerror(errno));
-  library_options_print(lib)(fileno(f));
+  library_options_print(lib, fileno(f));
   long len = lseek(fileno(f), 0, SEEK_END);
   char *table = len >= 0 ? malloc((size_t)len + 1) : NULL;
   if (table == NULL || pread(fileno(f), table, (size_t)len, 0) != len)
@@ -143,7 +164,7 @@ static bool option_known(const char *table, const char *name, size_t len) {
 int cmd_options(int argc, char **argv) {
   if (argc > 1) tool_fail(EXIT_USAGE, "options takes no arguments, not %s (see hakmem --help)", argv[1]);
   fflush(stdout);
-  library_options_print(library_path())(1);
+  library_options_print(library_path(), 1);
   return 0;
 }
 

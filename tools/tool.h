@@ -26,5 +26,9 @@ char *tool_which(const char *name);
 int cmd_run(int argc, char **argv);
 int cmd_options(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+/* The command run again by cmd_options with the library preloaded:
+ * "TOOL_OPTIONS_CHILD FD LIBRARY" writes the library's table to FD. */
+#define TOOL_OPTIONS_CHILD "--options-child"
+int cmd_options_child(int argc, char **argv);
 
 #endif
