@@ -26,7 +26,8 @@
 typedef struct {
   run_chunk_t chunk;
   char *base;
-  size_t size;
+  size_t size;   /* its address space, whose map entries name it */
+  size_t mapped; /* the bytes mapped from base: its chunk's units */
   size_t *usable;
   uint32_t *touched;
   _Alignas(8) unsigned char meta[];
@@ -62,23 +63,35 @@ static size_t cache_cap_pages(void) { return ((size_t)policy_knob(KNOB_BIGCACHE_
 
 /* ---- arenas ------------------------------------------------------------------ */
 
-/* Maps an arena for at least n units: the next size in the doubling, or
- * smaller ones (whole regions) where the OS refuses that much. Called
- * without the lock; returns whether one was added. */
+/* Maps an arena for at least n units. In the window an arena is a slot of
+ * ARENA_MAX bytes of address space that maps the next size in the doubling
+ * and then grows in place (arena_grow): its blocks share one run chunk,
+ * whose free runs merge across what was mapped apart, while the address
+ * space mapped follows use (RLIMIT_AS). Outside the window an arena is a
+ * mapping of that size, or a smaller one (whole regions) where the OS
+ * refuses that much. Called without the lock; returns whether one was
+ * added. */
+static arena_t *growing; /* the arena arena_grow maps more of; under huge_lock */
+
 static bool arena_new(size_t n) {
   size_t need = align_up(n * ARENA_UNIT, REGION_SIZE), size = MAX(atomic_load_explicit(&next_arena, memory_order_relaxed), need), mapped;
-  char *base;
-  while ((base = region_space(size, size, &mapped, MAP_NONE)) == NULL && size > need)
-    size = MAX(align_up(size / 2, REGION_SIZE), need);
-  if (base == NULL) return false;
+  char *base = region_space_window(ARENA_MAX, size, &mapped, MAP_NONE);
+  if (base) {
+    size = ARENA_MAX;
+  } else {
+    while ((base = region_space(size, size, &mapped, MAP_NONE)) == NULL && size > need)
+      size = MAX(align_up(size / 2, REGION_SIZE), need);
+    if (base == NULL) return false;
+  }
   size_t units = size >> UNIT_BITS;
   arena_t *a = os_map(arena_meta_bytes(units));
   if (a == NULL) {
-    region_space_free(base, size, size);
+    region_space_free(base, size, mapped);
     return false;
   }
   a->base = base;
   a->size = size;
+  a->mapped = mapped;
   a->usable = (size_t *)(a->meta + run_chunk_meta_bytes((uint32_t)units));
   a->touched = (uint32_t *)(a->usable + units);
   hak_lock(&huge_lock);
@@ -87,17 +100,35 @@ static bool arena_new(size_t n) {
     if (arenas[i] == NULL) k = i;
   if (k >= 0) {
     if (runs.page_shift == 0) run_heap_init(&runs, UNIT_BITS, false);
-    run_chunk_add(&runs, &a->chunk, base, (uint32_t)units, (uint32_t)units, a->meta, 0);
+    run_chunk_add(&runs, &a->chunk, base, (uint32_t)units, (uint32_t)(mapped >> UNIT_BITS), a->meta, 0);
     arenas[k] = a;
     map_set(base, size, (uint8_t)(MAP_ARENA + k));
-    if (size >= next_arena) atomic_store_explicit(&next_arena, MIN(size * 2, ARENA_MAX), memory_order_relaxed);
+    if (mapped < size) growing = a;
+    if (mapped >= next_arena) atomic_store_explicit(&next_arena, MIN(mapped * 2, ARENA_MAX), memory_order_relaxed);
   }
   hak_unlock(&huge_lock);
   if (k < 0) {
     os_unmap(a, arena_meta_bytes(units));
-    region_space_free(base, size, size);
+    region_space_free(base, size, mapped);
   }
   return k >= 0;
+}
+
+/* Maps more of the growing arena's slot: twice what it has, and at least n
+ * units more, up to its end. Under huge_lock; false when it cannot (its
+ * slot is all mapped, or something else lies in it). */
+static bool arena_grow(size_t n) {
+  arena_t *a = growing;
+  if (a == NULL) return false;
+  size_t want = MIN(MAX(a->mapped * 2, a->mapped + align_up(n * ARENA_UNIT, REGION_SIZE)), a->size);
+  bool taken;
+  if (!region_space_grow(a->base, &a->mapped, want, &taken)) {
+    if (taken) growing = NULL; /* this arena stays as it is */
+    return false;
+  }
+  run_chunk_grow(&a->chunk, (uint32_t)(a->mapped >> UNIT_BITS));
+  if (a->mapped == a->size) growing = NULL;
+  return true;
 }
 
 /* Unmaps the arenas that hold no block and no cached page (under the lock;
@@ -112,6 +143,7 @@ static size_t arenas_unmap_empty(void) {
     run_chunk_remove(&a->chunk);
     map_set(a->base, a->size, MAP_NONE);
     arenas[k] = NULL;
+    if (growing == a) growing = NULL;
     gone[n++] = a;
   }
   if (n) atomic_store_explicit(&next_arena, ARENA_FIRST, memory_order_relaxed);
@@ -119,7 +151,7 @@ static size_t arenas_unmap_empty(void) {
   for (size_t i = 0; i < n; i++) {
     arena_t *a = gone[i];
     size_t units = a->size >> UNIT_BITS;
-    region_space_free(a->base, a->size, a->size);
+    region_space_free(a->base, a->size, a->mapped);
     os_unmap(a, arena_meta_bytes(units));
   }
   return n;
@@ -179,6 +211,7 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   for (int tries = 0; tries < 2 && !ok; tries++) {
     hak_lock(&huge_lock);
     ok = runs.page_shift && run_alloc(&runs, (uint32_t)units, a, &r);
+    if (!ok && arena_grow(units + a - 1)) ok = run_alloc(&runs, (uint32_t)units, a, &r);
     if (ok) {
       arena_t *ar = arena_of_run(r);
       ar->usable[r.page] = MIN(units << UNIT_BITS, os_page_round(bytes + bytes / 4));

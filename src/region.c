@@ -61,24 +61,30 @@ static uintptr_t window_place(size_t size, size_t first) {
   return 0;
 }
 
-char *region_space(size_t size, size_t first, size_t *mapped, uint8_t kind) {
+/* Marks [p, p+size) kind, or gives it back when the map cannot hold it. */
+static char *space_mark(char *p, size_t size, size_t mapped, uint8_t kind) {
+  if (map_set(p, size, kind)) return p;
+  region_space_free(p, size, mapped);
+  return NULL;
+}
+
+char *region_space_window(size_t size, size_t first, size_t *mapped, uint8_t kind) {
   hak_assert(size % REGION_SIZE == 0 && first <= size);
   hak_lock(&space_lock);
   char *p = (char *)window_place(size, first);
   if (p) map_set(p, size, MAP_RESERVED);
   hak_unlock(&space_lock);
-  if (p) {
-    *mapped = first;
-  } else {
-    if ((p = os_map_aligned(size, REGION_SIZE)) == NULL) return NULL;
-    *mapped = size;
-    stat_inc(regions_outside);
-  }
-  if (!map_set(p, size, kind)) {
-    region_space_free(p, size, *mapped);
-    return NULL;
-  }
-  return p;
+  if (p == NULL) return NULL;
+  *mapped = first;
+  return space_mark(p, size, first, kind);
+}
+
+char *region_space(size_t size, size_t first, size_t *mapped, uint8_t kind) {
+  char *p = region_space_window(size, first, mapped, kind);
+  if (p || (p = os_map_aligned(size, REGION_SIZE)) == NULL) return p;
+  *mapped = size;
+  stat_inc(regions_outside);
+  return space_mark(p, size, size, kind);
 }
 
 bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken) {

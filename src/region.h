@@ -81,6 +81,9 @@ hak_inline char *slab_first(const slab_t *s) { return s->end - (size_t)s->capaci
  * bytes are mapped (all of it outside the window: *mapped tells). NULL when
  * the OS refuses. */
 char *region_space(size_t size, size_t first, size_t *mapped, uint8_t kind);
+/* The same in the window only: NULL where it has no room or the kernel will
+ * not place there (nothing is mapped then). */
+char *region_space_window(size_t size, size_t first, size_t *mapped, uint8_t kind);
 /* Maps more of a region's space, up to want bytes from its start; false
  * when it cannot (*taken: because something else is mapped there). */
 bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken);

@@ -63,13 +63,16 @@
  *            size 0, free leaves the block intact); realloc grows it to 300
  *            MiB (beyond an arena's largest block) and back to 1 MiB keeping
  *            every byte.
+ *   arena_grow  a huge block that does not fit the arena's mapping follows
+ *            the one before it (the arena grows in place); freed, the two
+ *            serve one block at the first's address.
  *
  * Run alone by name, a case measures a fresh process (CTest runs each so,
  * with the environment it needs); run together, each in a child of the
  * runner, those that need CTest's environment are left out.
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
- *        bigcache, xthread, reuse, grow, sparse, arena)
+ *        bigcache, xthread, reuse, grow, sparse, arena, arena_grow)
  */
 #include "testutil.h"
 
@@ -645,6 +648,27 @@ static void test_arena(void)
   printf("test_memory arena: a pointer inside refused, realloc to 300 MiB and back kept every byte: OK\n");
 }
 
+/* An arena that fills its mapping grows in place: the next block follows,
+ * and once both are freed they serve one block that spans the growth. */
+static void test_arena_grow(void)
+{
+  char *x = A(malloc)(10 * MiB), *y = A(malloc)(12 * MiB);
+  CHECK(x != NULL && y != NULL);
+  if ((uintptr_t)x < ((uintptr_t)1 << 32) || (uintptr_t)x >= ((uintptr_t)1 << 40)) {
+    printf("test_memory arena_grow: outside the window (%p): arenas do not grow there, skipped\n", (void *)x);
+    return;
+  }
+  CHECKF(y == x + 10 * MiB, "12 MiB after 10 MiB at %p came at %p, not after it", (void *)x, (void *)y);
+  memset(x, 1, 10 * MiB);
+  memset(y, 2, 12 * MiB);
+  A(free)(x);
+  A(free)(y);
+  char *z = A(malloc)(22 * MiB);
+  CHECKF(z == x, "22 MiB after freeing both came at %p, not at %p", (void *)z, (void *)x);
+  A(free)(z);
+  printf("test_memory arena_grow: the arena grew in place, and its parts merged: OK\n");
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -659,6 +683,7 @@ static const tu_case_t cases[] = {
   {"grow", test_grow, 0},
   {"sparse", test_sparse, TU_BY_NAME},
   {"arena", test_arena, TU_BY_NAME},
+  {"arena_grow", test_arena_grow, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
