@@ -50,6 +50,7 @@ hak_inline void maybe_tick(heap_t *heap) {
 static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, bool zero, void **out) {
   if (prof_nested()) return false;
   size_t counted = size;
+  int64_t *left = HAKMEM_PROFILING ? &hak_tls_view.sample_left : &heap->sample_left;
   if (!HAKMEM_PROFILING) {
     if (heap->proxy == NULL && !heap_sampling_start(heap, prof_interval())) return false;
     if (size <= SMALL_MAX && align <= MIN_ALIGN) {
@@ -57,14 +58,14 @@ static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, 
       heap_sample_settle(heap, cls);
       counted = hak_class_size[cls];
     }
-    heap->sample_left -= (int64_t)MIN(counted, (size_t)INT64_MAX / 2);
-  } else if (!heap->sampling) { /* a new heap: its first count starts */
-    heap->sampling = true;
-    heap->sample_left = prof_interval();
+    *left -= (int64_t)MIN(counted, (size_t)INT64_MAX / 2);
+  } else if (!hak_tls_view.sampling) { /* a new thread: its first count starts */
+    hak_tls_view.sampling = true;
+    *left = prof_interval();
     return false;
   }
-  if (heap->sample_left >= 0) return false;
-  heap->sample_left = prof_interval();
+  if (*left >= 0) return false;
+  *left = prof_interval();
   if (counted <= SMALL_MAX && (counted & -counted) > os_page_size()) align = MAX(align, counted & -counted);
   void *p = NULL;
   if (size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
@@ -93,7 +94,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   if (unlikely(prof_on)) {
     if (alloc_sampled(size, heap, align, zero, &p)) return p;
   } else if (HAKMEM_PROFILING) {
-    heap->sample_left = INT64_MAX; /* not profiling: the count never runs out */
+    hak_tls_view.sample_left = INT64_MAX; /* not profiling: the count never runs out */
   }
   if (size > SMALL_MAX) learn_tick(size);
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
@@ -121,9 +122,9 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
 }
 
 /* The profiling library (HAKMEM_PROFILING) counts each allocation against
- * the heap's sampling interval first. */
+ * the thread's sampling interval first. */
 hak_inline void *alloc_inline(size_t size) {
-  if (HAKMEM_PROFILING && unlikely((heap_get()->sample_left -= (int64_t)size) < 0))
+  if (HAKMEM_PROFILING && unlikely((hak_tls_view.sample_left -= (int64_t)size) < 0))
     return alloc_slow(size, heap_get(), 0, false);
   slab_t *s;
   size = harden_min_size(size);
@@ -202,7 +203,7 @@ hak_inline void free_inline(void *p) {
 static void *alloc_aligned(size_t size, size_t align) {
   if (align <= 8 && size <= SMALL_MAX) return alloc_inline(size);
   heap_t *heap = heap_get();
-  bool sample = HAKMEM_PROFILING && (heap->sample_left -= (int64_t)size) < 0;
+  bool sample = HAKMEM_PROFILING && (hak_tls_view.sample_left -= (int64_t)size) < 0;
   if (size <= SMALL_MAX && align <= SMALL_MAX) {
     unsigned cls = size_class(size < align ? align : size);
     while (cls < NUM_CLASSES && hak_class_size[cls] % align) cls++;
@@ -233,7 +234,7 @@ HAK_API void *hak_calloc(size_t count, size_t size) {
     return NULL;
   }
   heap_t *heap = heap_get();
-  if (HAKMEM_PROFILING && unlikely((heap->sample_left -= (int64_t)total) < 0)) return alloc_slow(total, heap, 0, true);
+  if (HAKMEM_PROFILING && unlikely((hak_tls_view.sample_left -= (int64_t)total) < 0)) return alloc_slow(total, heap, 0, true);
   if (likely(total <= SMALL_MAX)) {
     void *p = alloc_small(heap, size_class(harden_min_size(total)));
     if (likely(p != NULL)) return memset(p, 0, total);

@@ -34,7 +34,7 @@ typedef struct {
 
 struct heap_s {
   slab_inbox_t inbox;               /* first: slabs with remote frees (slab.h) */
-  int64_t sample_left;              /* heap profiler: bytes before the next sample (alloc.c) */
+  int64_t sample_left;              /* heap profiler, default library: bytes before the next sample */
   slab_t *active[NUM_CLASSES];      /* the fast path's view: a slab, a sampling proxy, or &empty */
   slab_t *cur[NUM_CLASSES];         /* the slab each class allocates from; it holds one extra use */
   slab_queue_t queue[NUM_CLASSES];
@@ -53,7 +53,6 @@ struct heap_s {
   heap_t *next_abandoned;
   heap_t *next_all;
   slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */
-  bool sampling; /* the profiling library: sample_left counts */
   /* the view of a class with no block at hand: its own, so that the fast
    * path's test (which writes the word it reads) stays in this heap */
   slab_t empty;
@@ -74,6 +73,10 @@ extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
 typedef struct {
   slab_t *direct[DIRECT_MAX / 8 + 1];
   slab_t *mid[SMALL_MAX / 256 + 1];
+  /* the profiling library's count (alloc.c): bytes before the next sample,
+   * beside the view so that malloc reaches both from one address */
+  int64_t sample_left;
+  bool sampling; /* the count has started */
 } heap_view_t;
 extern __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec")));
 

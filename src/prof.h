@@ -5,7 +5,8 @@
  * crosses zero is sampled. A block of s bytes is then sampled with
  * probability 1 - exp(-s/rate), and stands for 1/that blocks of its size:
  * the profile's figures are unbiased estimates of the live heap. The count
- * lives in the heap (heap.h, sample_left). The default library's fast path
+ * lives in the heap (heap.h, sample_left), or in the profiling library in
+ * the thread's view of it, which malloc reads anyway. The default library's fast path
  * has no instruction of it: while profiling, it allocates from proxies whose
  * lists end where the next sample falls (heap.h), which costs the slow path
  * more often. The profiling library (libhakmem-profile.so, built with
