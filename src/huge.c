@@ -63,6 +63,8 @@ static size_t cache_cap_pages(void) { return ((size_t)policy_knob(KNOB_BIGCACHE_
 
 /* ---- arenas ------------------------------------------------------------------ */
 
+static arena_t *growing; /* the arena arena_grow maps more of; under huge_lock */
+
 /* Maps an arena for at least n units. In the window an arena is a slot of
  * ARENA_MAX bytes of address space that maps the next size in the doubling
  * and then grows in place (arena_grow): its blocks share one run chunk,
@@ -71,8 +73,6 @@ static size_t cache_cap_pages(void) { return ((size_t)policy_knob(KNOB_BIGCACHE_
  * mapping of that size, or a smaller one (whole regions) where the OS
  * refuses that much. Called without the lock; returns whether one was
  * added. */
-static arena_t *growing; /* the arena arena_grow maps more of; under huge_lock */
-
 static bool arena_new(size_t n) {
   size_t need = align_up(n * ARENA_UNIT, REGION_SIZE), size = MAX(atomic_load_explicit(&next_arena, memory_order_relaxed), need), mapped;
   char *base = region_space_window(ARENA_MAX, size, &mapped, MAP_NONE);

@@ -6,10 +6,10 @@
  * probability 1 - exp(-s/rate), and stands for 1/that blocks of its size:
  * the profile's figures are unbiased estimates of the live heap. The count
  * lives in the heap (heap.h, sample_left), or in the profiling library in
- * the thread's view of it, which malloc reads anyway. The default library's fast path
- * has no instruction of it: while profiling, it allocates from proxies whose
- * lists end where the next sample falls (heap.h), which costs the slow path
- * more often. The profiling library (libhakmem-profile.so, built with
+ * the thread's view of it, which malloc reads anyway. The default library's
+ * fast path has no instruction of it: while profiling, it allocates from
+ * proxies whose lists end where the next sample falls (heap.h), which costs
+ * the slow path more often. The profiling library (libhakmem-profile.so, built with
  * HAKMEM_PROFILING=1, what `hakmem run --profile` preloads) counts on the
  * fast path instead, two instructions.
  *

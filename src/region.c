@@ -217,7 +217,6 @@ void region_fork_lock(bool lock) {
 
 #define REGION_FIRST ((size_t)256 * 1024)
 
-
 /* The secure build puts a guard page after the header too. */
 uint32_t region_header_pages(void) {
   static _Atomic uint32_t cached; /* the same value, whichever thread computes it */

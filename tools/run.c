@@ -34,15 +34,21 @@ static char *absolute(const char *path) {
   return abs;
 }
 
-/* The directory this program lies in, symbolic links resolved; NULL when
- * neither /proc nor argv[0] tells. */
-static char *self_dir(void) {
+/* This program's path, symbolic links resolved; NULL when neither /proc
+ * nor argv[0] tells. */
+static char *self_path(void) {
   char *self = realpath("/proc/self/exe", NULL);
   if (self == NULL) {
     char *found = tool_which(tool_argv0);
     if (found != NULL) self = realpath(found, NULL);
     free(found);
   }
+  return self;
+}
+
+/* The directory this program lies in; NULL as self_path. */
+static char *self_dir(void) {
+  char *self = self_path();
   if (self == NULL) return NULL;
   char *slash = strrchr(self, '/');
   slash[slash == self] = 0;
@@ -108,6 +114,8 @@ static char *profiling_variant(char *lib) {
  * linker keeps spare for a library loaded after start-up. A child of this
  * command, run again with the library preloaded, prints it instead. */
 static void library_options_print(const char *lib, int fd) {
+  char *self = self_path();
+  if (self == NULL) tool_fail(1, "cannot tell where this program lies to read the options table");
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) tool_fail(1, "cannot read the options table: %s", strerror(errno));
@@ -116,11 +124,10 @@ static void library_options_print(const char *lib, int fd) {
     snprintf(fdarg, sizeof fdarg, "%d", fd);
     fcntl(fd, F_SETFD, 0);
     setenv("LD_PRELOAD", lib, 1);
-    execl("/proc/self/exe", tool_argv0, TOOL_OPTIONS_CHILD, fdarg, lib, (char *)NULL);
-    char *self = tool_which(tool_argv0);
-    if (self) execl(self, tool_argv0, TOOL_OPTIONS_CHILD, fdarg, lib, (char *)NULL);
+    execl(self, tool_argv0, TOOL_OPTIONS_CHILD, fdarg, lib, (char *)NULL);
     _exit(1);
   }
+  free(self);
   int st;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
