@@ -7,6 +7,7 @@
 #include "harden.h"
 #include "heap.h"
 #include "huge.h"
+#include "large.h"
 #include "learn.h"
 #include "map.h"
 #include "options.h"
@@ -28,6 +29,7 @@ void hak_process_init(void) {
   hak_options_init();
   hak_stats_init();
   heap_process_init();
+  large_init();
   atomic_store_explicit(&init_state, 2, memory_order_release);
 }
 

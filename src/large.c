@@ -29,7 +29,7 @@ static size_t class_bytes(unsigned c) { return os_page_round((size_t)(5 + c % 4)
 
 /* The cache class of a run of bytes, or -1 when such runs are not cached
  * (between classes, or beyond CLASS_MAX). */
-static int cache_class(size_t bytes) {
+static int cache_class_of(size_t bytes) {
   if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> os_page_log2()) - 1;
   unsigned c = large_class(bytes);
   return c < LARGE_CLASSES && bytes == class_bytes(c) ? (int)c : -1;
@@ -41,9 +41,34 @@ static int cache_class(size_t bytes) {
  * bytes): those take whole pages, and are cached only when they happen to
  * be a class's size. */
 #define CLASS_MAX ((size_t)256 * 1024)
-static size_t block_bytes(size_t size, size_t align) {
+static size_t block_bytes_of(size_t size, size_t align) {
   size_t bytes = os_page_round(size ? size : 1);
   return align > os_page_size() || bytes <= SMALL_MAX || bytes > CLASS_MAX ? bytes : class_bytes(large_class(bytes));
+}
+
+/* Both, by page count up to CLASS_MAX, made once at start-up (large_init):
+ * every Large allocation and free asks. */
+#define TABLE_PAGES (CLASS_MAX / 4096)
+static uint8_t fit_pages[TABLE_PAGES + 1]; /* pages of the block for n pages asked */
+static int8_t class_of_pages[TABLE_PAGES + 1];
+
+void large_init(void) {
+  unsigned shift = os_page_log2();
+  for (size_t n = 1; n <= (CLASS_MAX >> shift); n++) {
+    fit_pages[n] = (uint8_t)(block_bytes_of(n << shift, 0) >> shift);
+    class_of_pages[n] = (int8_t)cache_class_of(n << shift);
+  }
+}
+
+static int cache_class(size_t bytes) {
+  size_t n = bytes >> os_page_log2();
+  return likely(n <= TABLE_PAGES) ? class_of_pages[n] : cache_class_of(bytes);
+}
+
+static size_t block_bytes(size_t size, size_t align) {
+  size_t n = (size + os_page_size() - 1) >> os_page_log2();
+  if (likely(n - 1 < TABLE_PAGES && align <= os_page_size())) return (size_t)fit_pages[n] << os_page_log2();
+  return block_bytes_of(size, align);
 }
 
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
@@ -57,7 +82,6 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
   if (!ok) ok = run_alloc(&heap->pages, n, a, &r);
   while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, &r);
-  if (ok) run_uncache(r);
   heap_unlock(heap);
   if (!ok) return NULL;
   bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */

@@ -11,6 +11,8 @@
 
 #include "heap.h"
 
+/* Makes the pool's tables (once, at start-up). */
+void large_init(void);
 /* A block of size bytes aligned to align (at most REGION_SIZE / 2); zeroed
  * with zero. NULL when out of memory. */
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);

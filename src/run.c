@@ -167,6 +167,8 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   char *m = mem;
   c->free_bits = (uint64_t *)m;
   m += (pages + 63) / 64 * sizeof(uint64_t);
+  c->cached_bits = (uint64_t *)m;
+  m += (pages + 63) / 64 * sizeof(uint64_t);
   c->len = (uint32_t *)m;
   m += (size_t)pages * sizeof(uint32_t);
   c->last_of = (uint32_t *)m;
@@ -176,7 +178,7 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   /* the node and last_of entries are set before they are read; these two
    * are read as they are */
   __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
-  __builtin_memset(c->free_bits, 0, (pages + 63) / 64 * sizeof(uint64_t));
+  __builtin_memset(c->free_bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t)); /* and cached_bits */
   c->base = base;
   c->pages = pages;
   c->limit = 0;
@@ -355,59 +357,51 @@ run_t run_at(run_chunk_t *c, uint32_t page) {
 
 /* ---- the cache of freed runs -------------------------------------------------- */
 
-/* A cached run's first node: next links the class's stack, dirty_ms is the
- * time it was freed (never 0); its length stays in the chunk's len. */
+static void set_cached(run_chunk_t *c, uint32_t i, bool on) {
+  uint64_t bit = (uint64_t)1 << (i % 64), w = c->cached_bits[i / 64];
+  __atomic_store_n(&c->cached_bits[i / 64], on ? w | bit : w & ~bit, __ATOMIC_RELAXED);
+}
+
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages) {
-  if (k->n[cls] >= max_n || k->pages + r.pages > max_pages) return false;
-  run_node_t *x = run_node_at(r.chunk, r.page);
-  x->chunk = r.chunk;
-  x->dirty_ms = now ? now : 1;
-  x->next = k->top[cls];
-  k->top[cls] = x;
-  k->n[cls]++;
+  uint32_t n = k->n[cls];
+  if (n >= MIN(max_n, RUN_CACHE_DEPTH) || k->pages + r.pages > max_pages) return false;
+  k->slot[cls][n] = (run_cache_slot_t){.chunk = r.chunk, .page = r.page, .ms = (uint32_t)now};
+  set_cached(r.chunk, r.page, true);
+  k->n[cls] = n + 1;
   k->pages += r.pages;
   return true;
 }
 
-static run_t cached_run(run_node_t *x) {
+/* Takes slot x's run out of the cache. */
+static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
   run_chunk_t *c = x->chunk;
-  uint32_t s = node_page(c, x);
-  return (run_t){.chunk = c, .page = s, .pages = c->len[s], .dirty = true};
+  set_cached(c, x->page, false);
+  run_t r = {.chunk = c, .page = x->page, .pages = c->len[x->page], .dirty = true};
+  k->pages -= r.pages;
+  return r;
 }
 
 bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out) {
-  run_node_t *x = k->top[cls];
-  if (x == NULL) return false;
-  k->top[cls] = x->next;
-  k->n[cls]--;
-  *out = cached_run(x);
-  k->pages -= out->pages;
-  x->dirty_ms = 0;
+  uint32_t n = k->n[cls];
+  if (n == 0) return false;
+  k->n[cls] = --n;
+  *out = uncache(k, &k->slot[cls][n]);
   return true;
 }
 
 bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
   bool left = false;
   for (unsigned cls = 0; cls < RUN_CACHE_CLASSES; cls++) {
-    run_node_t **link = &k->top[cls]; /* newest first: the old ones are the stack's tail */
-    while (*link && now - (*link)->dirty_ms < age) link = &(*link)->next;
-    for (run_node_t *x = *link, *next; x; x = next) {
-      next = x->next;
-      run_t r = cached_run(x);
-      uint64_t t = x->dirty_ms;
-      k->n[cls]--;
-      k->pages -= r.pages;
-      run_free(r, true, t);
-    }
-    *link = NULL;
-    left |= k->top[cls] != NULL;
+    run_cache_slot_t *slot = k->slot[cls];
+    uint32_t n = k->n[cls], old = n; /* the newest runs kept for less than age stay */
+    while (old > 0 && (uint32_t)now - slot[old - 1].ms < age) old--;
+    for (uint32_t i = 0; i < old; i++) run_free(uncache(k, &slot[i]), true, now - ((uint32_t)now - slot[i].ms));
+    __builtin_memmove(slot, slot + old, (n - old) * sizeof *slot);
+    k->n[cls] = n - old;
+    left |= n > old;
   }
   return left;
 }
-
-bool run_cached(run_t r) { return run_node_at(r.chunk, r.page)->dirty_ms != 0; }
-
-void run_uncache(run_t r) { run_node_at(r.chunk, r.page)->dirty_ms = 0; }
 
 /* ---- purging -------------------------------------------------------------------------- */
 

@@ -39,6 +39,7 @@ struct run_chunk_s {
   uint32_t *len;       /* at a run's first page (free or allocated): its length; 0 inside runs */
   uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
   uint64_t *free_bits; /* bit i: page i starts a free run */
+  uint64_t *cached_bits; /* bit i: page i starts an allocated run kept in a run cache */
   run_node_t *node;    /* the pages' nodes, by group (run_node_at) */
   uint32_t rows;       /* nodes a group: pages rounded up to RUN_NODE_GROUP, over it */
   run_heap_t *heap;
@@ -79,7 +80,7 @@ typedef struct {
 /* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
 #define RUN_CHUNK_META_BYTES(pages)                                                                       \
   (((size_t)(pages) + RUN_NODE_GROUP - 1) / RUN_NODE_GROUP * RUN_NODE_GROUP * sizeof(run_node_t) +      \
-   (size_t)(pages) * 2 * sizeof(uint32_t) + ((size_t)(pages) + 63) / 64 * sizeof(uint64_t))
+   (size_t)(pages) * 2 * sizeof(uint32_t) + ((size_t)(pages) + 63) / 64 * 2 * sizeof(uint64_t))
 hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_BYTES(pages); }
 
 void run_heap_init(run_heap_t *h, unsigned page_shift, bool counted);
@@ -122,8 +123,9 @@ hak_inline uint32_t run_live_pages(const run_chunk_t *c, uint32_t page) {
   if (page >= c->pages) return 0;
   uint32_t n = __atomic_load_n(&c->len[page], __ATOMIC_RELAXED);
   if (n == 0 || n > c->pages - page) return 0;
-  if (__atomic_load_n(&c->free_bits[page / 64], __ATOMIC_RELAXED) >> (page % 64) & 1) return 0;
-  return __atomic_load_n(&run_node_at(c, page)->dirty_ms, __ATOMIC_RELAXED) == 0 ? n : 0;
+  uint64_t bits = __atomic_load_n(&c->free_bits[page / 64], __ATOMIC_RELAXED) |
+                  __atomic_load_n(&c->cached_bits[page / 64], __ATOMIC_RELAXED);
+  return bits >> (page % 64) & 1 ? 0 : n;
 }
 /* The allocated run that starts at page of c; {NULL} when none does. */
 run_t run_at(run_chunk_t *c, uint32_t page);
@@ -139,27 +141,35 @@ hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) <
  * merge into the free runs: the next block of the class takes the pages the
  * last one freed (at the same place, so its first and last pages are the
  * ones already resident), as a slab's free list does for smaller blocks. A
- * cached run's first node holds the link and the time it was freed. */
+ * class is a stack of slots in the cache itself and a cached run is marked
+ * in its chunk's cached_bits: pushing, popping and the double-free test read
+ * no page node (a node is a cache miss a run; the bitmap's word is not). */
 #define RUN_CACHE_CLASSES 32
+#define RUN_CACHE_DEPTH 64
 
 typedef struct {
-  run_node_t *top[RUN_CACHE_CLASSES];
+  run_chunk_t *chunk;
+  uint32_t page;
+  uint32_t ms; /* when it was freed: the clock's low 32 bits (ages are differences) */
+} run_cache_slot_t;
+
+typedef struct {
   uint32_t n[RUN_CACHE_CLASSES];
   size_t pages; /* in all classes */
+  run_cache_slot_t slot[RUN_CACHE_CLASSES][RUN_CACHE_DEPTH]; /* oldest first */
 } run_cache_t;
 
 /* Keeps allocated run r in class cls, freed at now, unless the class holds
- * max_n runs or the cache max_pages pages already; false then. */
+ * max_n runs (at most RUN_CACHE_DEPTH) or the cache max_pages pages
+ * already; false then. */
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages);
-/* The run freed last in class cls; false when none is kept. */
+/* The run freed last in class cls, no longer cached; false when none is kept. */
 bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out);
 /* Frees (dirty, since they were cached) the runs kept for age ms or more;
  * returns whether any run stays cached. */
 bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age);
 /* Whether allocated run r sits in a cache (freed). */
-bool run_cached(run_t r);
-/* Marks a run just allocated as not cached. */
-void run_uncache(run_t r);
+hak_inline bool run_cached(run_t r) { return r.chunk->cached_bits[r.page / 64] >> (r.page % 64) & 1; }
 
 /* Takes the oldest dirty free run if it is due (dirty at least delay ms, or
  * more than keep dirty pages in the heap): it is taken out like an allocated
