@@ -368,7 +368,7 @@ HAK_API struct mallinfo2 hak_mallinfo2(void) {
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
   size_t mapped = atomic_load(&region_count) * REGION_SIZE;
-  size_t spans = atomic_load(&region_span_bytes) + atomic_load(&large_live_bytes), huge = atomic_load(&huge_live_bytes);
+  size_t spans = atomic_load(&region_span_bytes) + large_live_bytes(), huge = atomic_load(&huge_live_bytes);
   mi.arena = mapped;
   mi.hblkhd = huge;
   mi.hblks = (size_t)atomic_load(&hak_stats.huge_mapped);

@@ -440,7 +440,7 @@ static heap_t *heap_new(void) {
   }
   heap_t *h = (heap_t *)meta_next;
   meta_next += need;
-  *h = hak_heap_empty;
+  __builtin_memcpy(h, &hak_heap_empty, offsetof(heap_t, lcache)); /* the cache: zero, as mapped */
   slab_set_list(&h->empty, NULL);
   run_heap_init(&h->pages, (unsigned)__builtin_ctzl(os_page_size()), true);
   h->next_all = all_heaps;

@@ -41,7 +41,7 @@ struct heap_s {
   /* under lock: what other threads may touch (purging, large frees) */
   hak_lock_t lock;
   run_heap_t pages;                 /* free pages of its regions: slabs and Large blocks */
-  run_cache_t lcache;               /* Large blocks freed last, by class (large.c) */
+  size_t large_live;                /* bytes of its live Large blocks (large.c) */
   slab_t *idle[NUM_CLASSES];        /* the spare of each class while idle */
   /* the owner's clocks */
   uint32_t carves;                  /* fresh carves by this heap */
@@ -56,6 +56,9 @@ struct heap_s {
   /* the view of a class with no block at hand: its own, so that the fast
    * path's test (which writes the word it reads) stays in this heap */
   slab_t empty;
+  /* last: heap_new leaves it as fresh memory (zero), so that only the
+   * classes a program frees into are ever touched */
+  run_cache_t lcache; /* under lock: Large blocks freed last, by class (large.c) */
 } __attribute__((aligned(64)));
 
 /* "No slab": the current slab of a class that has none, and the views of

@@ -2,12 +2,12 @@
  * classes with a cache of the runs freed last. */
 #include "large.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "policy.h"
 #include "stats.h"
 
-_Atomic size_t large_live_bytes;
 
 #define CALLOC_PURGE_MIN ((size_t)128 * 1024) /* calloc of dirty pages: purge, not memset, from here */
 #define CACHE_PER_CLASS 64
@@ -71,6 +71,17 @@ static size_t block_bytes(size_t size, size_t align) {
   return block_bytes_of(size, align);
 }
 
+/* The heap's Large bytes, under its lock (read without it by the total). */
+static void live_add(heap_t *heap, ptrdiff_t d) {
+  __atomic_store_n(&heap->large_live, heap->large_live + (size_t)d, __ATOMIC_RELAXED);
+}
+
+size_t large_live_bytes(void) {
+  size_t sum = 0;
+  for (heap_t *h = heap_all(); h; h = h->next_all) sum += __atomic_load_n(&h->large_live, __ATOMIC_RELAXED);
+  return sum;
+}
+
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   unsigned shift = os_page_log2();
   size_t bytes = block_bytes(size, align);
@@ -82,6 +93,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
   if (!ok) ok = run_alloc(&heap->pages, n, a, &r);
   while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, &r);
+  if (ok) live_add(heap, (ptrdiff_t)run_bytes(r));
   heap_unlock(heap);
   if (!ok) return NULL;
   bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */
@@ -90,7 +102,6 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
     if (bytes >= CALLOC_PURGE_MIN) os_purge(p, bytes); /* reads zeros, and leaves untouched pages untouched */
     else memset(p, 0, size);
   }
-  atomic_fetch_add_explicit(&large_live_bytes, bytes, memory_order_relaxed);
   stat_alloc(STAT_ROW_LARGE, bytes);
   return p;
 }
@@ -121,12 +132,9 @@ static run_t block_run(const void *p, heap_t **heapp) {
   }
 }
 
-/* The cache holds at most an eighth of what the program holds in Large
- * blocks (all threads), and at least CACHE_MIN_BYTES. */
-static size_t cache_pages(void) {
-  size_t live = atomic_load_explicit(&large_live_bytes, memory_order_relaxed);
-  return MAX(CACHE_MIN_BYTES, live / 8) >> os_page_log2();
-}
+/* The cache holds at most an eighth of what the heap holds in Large blocks,
+ * and at least CACHE_MIN_BYTES. */
+static size_t cache_pages(const heap_t *heap) { return MAX(CACHE_MIN_BYTES, heap->large_live / 8) >> os_page_log2(); }
 
 /* A freed block goes to its class's cache, or back to the free runs (an
  * aligned one, one beyond the cache's bounds, one that realloc moved: the
@@ -136,12 +144,12 @@ bool large_free(void *p, bool cache) {
   run_t r = block_run(p, &heap);
   if (r.chunk == NULL) return false;
   size_t bytes = run_bytes(r);
-  atomic_fetch_sub_explicit(&large_live_bytes, bytes, memory_order_relaxed);
+  live_add(heap, -(ptrdiff_t)bytes);
   stat_free(STAT_ROW_LARGE, bytes, true);
   uint64_t now = os_now_ms();
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   int c = cache_class(bytes);
-  bool cached = cache && delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, cache_pages());
+  bool cached = cache && delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, cache_pages(heap));
   region_t *reg = region_of(p);
   if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
   heap_unlock(heap);
@@ -169,9 +177,9 @@ bool large_resize(void *p, size_t size) {
   if (n > r.pages) ok = run_grow(&r, n, &dirty);
   else if (n < r.pages) run_shrink(&r, n, os_now_ms());
   n = r.pages;
+  if (ok) live_add(heap, (ptrdiff_t)((size_t)n << shift) - (ptrdiff_t)old);
   heap_unlock(heap);
   if (ok) {
-    atomic_fetch_add_explicit(&large_live_bytes, ((size_t)n << shift) - old, memory_order_relaxed);
     stat_free(STAT_ROW_LARGE, old, true);
     stat_alloc(STAT_ROW_LARGE, (size_t)n << shift);
   }

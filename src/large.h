@@ -35,7 +35,8 @@ hak_inline size_t large_live_size(const void *p) {
  * pages after it are not free. */
 bool large_resize(void *p, size_t size);
 
-/* Bytes of Large blocks live now. */
-extern _Atomic size_t large_live_bytes;
+/* Bytes of Large blocks live now, all heaps (each counts its own, so that
+ * no Large operation writes a line that other threads write). */
+size_t large_live_bytes(void);
 
 #endif

@@ -64,7 +64,7 @@ static void print_memory(out_t *o) {
     int64_t small = small_live();
     print_bytes(o, "  of which live blocks", (uint64_t)(small > 0 ? small : 0));
   }
-  print_bytes(o, "in large blocks", LOAD(large_live_bytes));
+  print_bytes(o, "in large blocks", large_live_bytes());
   print_bytes(o, "in huge blocks", LOAD(huge_live_bytes));
   print_bytes(o, "free and not yet purged (slab units, large pages)", LOAD(run_dirty_bytes));
   print_bytes(o, "huge blocks' pages cached for reuse (BigCache)", huge_cached_bytes());
@@ -275,7 +275,7 @@ static void json_write(out_t *o) {
   f = true;
   out_str(o, "{");
   json_uint(o, &f, "slab_spans", LOAD(region_span_bytes));
-  json_uint(o, &f, "large_live", LOAD(large_live_bytes));
+  json_uint(o, &f, "large_live", large_live_bytes());
   json_uint(o, &f, "huge_live", LOAD(huge_live_bytes));
   json_uint(o, &f, "dirty", LOAD(run_dirty_bytes));
   json_uint(o, &f, "bigcache", huge_cached_bytes());
