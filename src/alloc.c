@@ -286,8 +286,8 @@ HAK_API void *hak_realloc(void *p, size_t size) {
   /* A block that grows out of its place to REALLOC_HUGE_MIN or more moves to
    * a mapping of its own, where later growth is in place or moves its pages
    * instead of copying them, leaving no freed copy resident. Below, the size
-   * classes (a quarter per step) give a buffer grown a little at a time
-   * room to grow in place. */
+   * classes (an eighth per step for Large) give a buffer grown a little at a
+   * time room to grow in place. */
   bool grows = size > old && size > SMALL_MAX;
   void *q = grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE ? huge_alloc_growing(size) : NULL;
   if (q == NULL && (q = alloc_inline(size)) == NULL) return NULL;

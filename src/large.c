@@ -13,19 +13,21 @@
 #define CACHE_PER_CLASS 64
 #define CACHE_MIN_BYTES ((size_t)1 << 20) /* and an eighth of the live Large bytes */
 
-/* The cache's classes: four per doubling from SMALL_MAX to LARGE_MAX, then
+/* The cache's classes: eight per doubling from SMALL_MAX to LARGE_MAX, then
  * one per page count up to SMALL_MAX (the profiler's sampled small blocks). */
-#define LARGE_CLASSES 24
+#define LARGE_CLASSES 48
 _Static_assert(RUN_CACHE_CLASSES == LARGE_CLASSES + 8, "Large classes, then runs of 1 to 8 pages");
 
-/* Four classes per doubling above SMALL_MAX: (32, 40], (40, 48], ... KiB. */
+/* Eight classes per doubling above SMALL_MAX: (32, 36], (36, 40], ... KiB: a
+ * block's last byte falls on one of at most an eighth of its size's pages,
+ * so that the runs of a class, reused, soon have those pages resident. */
 static unsigned large_class(size_t bytes) {
   size_t x = bytes - 1;
   unsigned k = (unsigned)(63 - __builtin_clzll(x));
-  return (k - 15) * 4 + (unsigned)((x >> (k - 2)) & 3);
+  return (k - 15) * 8 + (unsigned)((x >> (k - 3)) & 7);
 }
 
-static size_t class_bytes(unsigned c) { return os_page_round((size_t)(5 + c % 4) << (c / 4 + 13)); }
+static size_t class_bytes(unsigned c) { return os_page_round((size_t)(9 + c % 8) << (c / 8 + 12)); }
 
 /* The cache class of a run of bytes, or -1 when such runs are not cached
  * (between classes, or beyond CLASS_MAX). */
