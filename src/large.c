@@ -8,10 +8,9 @@
 #include "policy.h"
 #include "stats.h"
 
-
 #define CALLOC_PURGE_MIN ((size_t)128 * 1024) /* calloc of dirty pages: purge, not memset, from here */
 #define CACHE_PER_CLASS 64
-#define CACHE_MIN_BYTES ((size_t)1 << 20) /* and an eighth of the live Large bytes */
+#define CACHE_MIN_BYTES ((size_t)1 << 20) /* or an eighth of the heap's live Large bytes, if more */
 
 /* The cache's classes: eight per doubling from SMALL_MAX to LARGE_MAX, then
  * one per page count up to SMALL_MAX (the profiler's sampled small blocks). */
@@ -62,14 +61,15 @@ void large_init(void) {
   }
 }
 
+/* The tables hold CLASS_MAX >> page shift entries (fewer than TABLE_PAGES
+ * with pages above 4 KiB): their bound is in bytes. */
 static int cache_class(size_t bytes) {
-  size_t n = bytes >> os_page_log2();
-  return likely(n <= TABLE_PAGES) ? class_of_pages[n] : cache_class_of(bytes);
+  return likely(bytes <= CLASS_MAX) ? class_of_pages[bytes >> os_page_log2()] : cache_class_of(bytes);
 }
 
 static size_t block_bytes(size_t size, size_t align) {
-  size_t n = (size + os_page_size() - 1) >> os_page_log2();
-  if (likely(n - 1 < TABLE_PAGES && align <= os_page_size())) return (size_t)fit_pages[n] << os_page_log2();
+  if (likely(size - 1 < CLASS_MAX && align <= os_page_size()))
+    return (size_t)fit_pages[(size + os_page_size() - 1) >> os_page_log2()] << os_page_log2();
   return block_bytes_of(size, align);
 }
 

@@ -77,6 +77,9 @@ typedef struct {
  * most node pages are never touched. */
 #define RUN_NODE_GROUP 16
 
+/* Bit i of a chunk's bitmap (free_bits, cached_bits). */
+hak_inline bool run_bit(const uint64_t *bits, uint32_t i) { return bits[i / 64] >> (i % 64) & 1; }
+
 /* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
 #define RUN_CHUNK_META_BYTES(pages)                                                                       \
   (((size_t)(pages) + RUN_NODE_GROUP - 1) / RUN_NODE_GROUP * RUN_NODE_GROUP * sizeof(run_node_t) +      \
@@ -169,7 +172,7 @@ bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out);
  * returns whether any run stays cached. */
 bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age);
 /* Whether allocated run r sits in a cache (freed). */
-hak_inline bool run_cached(run_t r) { return r.chunk->cached_bits[r.page / 64] >> (r.page % 64) & 1; }
+hak_inline bool run_cached(run_t r) { return run_bit(r.chunk->cached_bits, r.page); }
 
 /* Takes the oldest dirty free run if it is due (dirty at least delay ms, or
  * more than keep dirty pages in the heap): it is taken out like an allocated
