@@ -22,6 +22,10 @@ void harden_list_broken(const void *p) {
                      "; that list is dropped (HAKMEM_ON_ERROR=report)\n");
 }
 
+void harden_double_free(const void *p) {
+  fail_unless_report("free: a double free of", p, "; ignored (HAKMEM_ON_ERROR=report)\n");
+}
+
 void harden_inside_block(const void *p) {
   fail_unless_report("free of a pointer inside a block", p, "; ignored (HAKMEM_ON_ERROR=report)\n");
 }

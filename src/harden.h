@@ -35,6 +35,9 @@ void harden_fail(const char *what, const void *p) __attribute__((noreturn, cold)
 /* A free list found corrupted at p: one line on stderr, then abort, or
  * return with HAKMEM_ON_ERROR=report (the secure build always aborts). */
 void harden_list_broken(const void *p) __attribute__((cold));
+/* free(p) of a block whose remote free is pending: one line on stderr, then
+ * abort, or return with HAKMEM_ON_ERROR=report (the free is ignored). */
+void harden_double_free(const void *p) __attribute__((cold));
 /* free(p) of a pointer inside a small block: one line on stderr, then abort,
  * or return with HAKMEM_ON_ERROR=report (the free is ignored). */
 void harden_inside_block(const void *p) __attribute__((cold));

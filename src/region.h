@@ -37,6 +37,9 @@ typedef struct region_s {
   run_chunk_t pages;          /* the pages after the header */
   size_t mapped;              /* bytes mapped from the region's start */
   void *owner;                /* the heap whose run heap holds it */
+  /* Remote frees: one bit a block, by its index in its slab, a slab's bits
+   * running on over its units (slab.c) */
+  _Alignas(64) _Atomic uint64_t remote_bits[REGION_UNITS][REMOTE_BITS_PER_UNIT / 64];
   _Alignas(64) uint8_t page_meta[RUN_CHUNK_META_BYTES(REGION_MAX_PAGES)];
 } region_t;
 

@@ -4,10 +4,11 @@
 #include "size_class.h"
 #include "stats.h"
 
+static void slab_remote_init(slab_t *s);
+
 void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh) {
   size_t bsize = hak_class_size[cls], bytes = (size_t)s->units * UNIT_SIZE;
   slab_set_list(s, NULL);
-  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
   s->used = 0;
   s->sparse[0] = s->sparse[1] = 0;
   s->sparse_seen = 0;
@@ -21,10 +22,11 @@ void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh
   s->queued = 0;
   char *start = slab_start(s);
   size_t pad = (bsize - (uint32_t)(uintptr_t)start % bsize) % bsize; /* up to the first block (slab_block_at) */
-  s->capacity = (uint32_t)((bytes - pad) / bsize);
+  s->capacity = (uint32_t)MIN((bytes - pad) / bsize, s->units * REMOTE_BITS_PER_UNIT);
   s->end = start + pad + (size_t)s->capacity * bsize;
   __atomic_store_n(&s->bump, start + pad, __ATOMIC_RELAXED); /* remote frees read it to validate */
   s->next = s->prev = s->remote_next = NULL;
+  slab_remote_init(s);
   atomic_store_explicit(&s->owner, (uintptr_t)owner | flags, memory_order_release);
 }
 
@@ -171,88 +173,119 @@ void slab_unpurge(slab_t *s) {
 
 /* ---- remote frees ----------------------------------------------------------- */
 
-/* The remote word packs the list's head and tail, as offsets in the region
- * (0: none), and its length: the owner takes the list whole, with no walk to
- * count it and find its tail. A word with a length and no head is a wiped
- * slab (every block free, nothing listed). */
-#define REMOTE_OFF_BITS 22 /* log2 REGION_SIZE */
-#define REMOTE_OFF_MASK ((UINT64_C(1) << REMOTE_OFF_BITS) - 1)
-#define REMOTE_TAIL_SHIFT REMOTE_OFF_BITS
-#define REMOTE_COUNT_SHIFT (2 * REMOTE_OFF_BITS)
-_Static_assert(REGION_SIZE == UINT64_C(1) << REMOTE_OFF_BITS, "remote offsets span a region");
-_Static_assert(REGION_SIZE / 8 < UINT64_C(1) << (64 - REMOTE_COUNT_SHIFT), "the count holds a region's blocks");
+/* Another thread frees a block by setting its bit in the slab's bitmap (in
+ * the region's header), never writing the block: the owner reads no line
+ * the freeing thread wrote but that bitmap's, and takes the bits a word at a
+ * time. The remote word counts the bits set and not yet taken, and flags.
+ * A freeing thread sets its bit before it counts it, and the owner subtracts
+ * what it took after it took it, so the count never exceeds the bits set: a
+ * count of every block means every block came back. The count is kept
+ * biased, so that it may dip below zero (a bit taken before it was counted)
+ * without borrowing from the flags. */
+#define REMOTE_BIAS (UINT64_C(1) << 31)
+#define REMOTE_COUNT_MASK ((UINT64_C(1) << 32) - 1)
+#define REMOTE_COLLECTING (UINT64_C(1) << 32) /* the owner is taking bits: no wipe */
+#define REMOTE_WIPED (UINT64_C(1) << 33)      /* every block free, the pages returned */
 
-static block_t *remote_block(const slab_t *s, uint64_t off) {
-  return off ? (block_t *)((char *)region_of(s) + off) : NULL;
+static int64_t remote_count(uint64_t word) { return (int64_t)(word & REMOTE_COUNT_MASK) - (int64_t)REMOTE_BIAS; }
+
+static _Atomic uint64_t *remote_bits(const slab_t *s) {
+  region_t *r = region_of(s);
+  return r->remote_bits[s - r->slabs];
+}
+
+static size_t remote_words(const slab_t *s) { return (s->capacity + 63) / 64; }
+
+/* The index of block b in its slab: (b - first) / bsize by divc's multiply,
+ * exact for offsets under 2^32. */
+static uint32_t block_index(const slab_t *s, const block_t *b) {
+  return (uint32_t)(((unsigned __int128)(uint64_t)((const char *)b - slab_first(s)) * s->divc) >> 64);
+}
+
+static void slab_remote_init(slab_t *s) {
+  _Atomic uint64_t *bits = remote_bits(s);
+  for (size_t i = 0, n = remote_words(s); i < n; i++) /* left only by a double free: read, seldom written */
+    if (atomic_load_explicit(&bits[i], memory_order_relaxed)) atomic_store_explicit(&bits[i], 0, memory_order_relaxed);
+  atomic_store_explicit(&s->remote, REMOTE_BIAS, memory_order_relaxed);
 }
 
 uint64_t slab_free_remote(slab_t *s, block_t *b) {
-  uint64_t off = (uint64_t)((char *)b - (char *)region_of(s));
-  uint64_t old = atomic_load_explicit(&s->remote, memory_order_relaxed), new;
-  do {
-    block_set_next(s, b, remote_block(s, old & REMOTE_OFF_MASK));
-    /* the first block pushed onto an empty list is its tail */
-    uint64_t tail = old ? old & (REMOTE_OFF_MASK << REMOTE_TAIL_SHIFT) : off << REMOTE_TAIL_SHIFT;
-    new = off | tail | ((old >> REMOTE_COUNT_SHIFT) + 1) << REMOTE_COUNT_SHIFT;
-  } while (!atomic_compare_exchange_weak_explicit(&s->remote, &old, new, memory_order_acq_rel, memory_order_relaxed));
-  if (old == 0) { /* tell the owner, whose collector then visits this slab once */
+  uint32_t i = block_index(s, b);
+  uint64_t bit = UINT64_C(1) << (i % 64);
+  /* release: the block's last writes reach the owner that takes the bit */
+  if (atomic_fetch_or_explicit(&remote_bits(s)[i / 64], bit, memory_order_release) & bit) {
+    harden_double_free(b); /* returns only to ignore the free */
+    return 0;
+  }
+  uint64_t old = atomic_fetch_add_explicit(&s->remote, 1, memory_order_acq_rel);
+  if ((old & REMOTE_COUNT_MASK) == REMOTE_BIAS) { /* tell the owner, whose collector then visits this slab once */
     slab_inbox_t *inbox = slab_heap(s);
     slab_t *top = atomic_load_explicit(&inbox->top, memory_order_relaxed);
     do {
       s->remote_next = top;
     } while (!atomic_compare_exchange_weak_explicit(&inbox->top, &top, s, memory_order_release, memory_order_relaxed));
   }
-  return new;
+  return old + 1;
 }
 
 /* A full slab's owner handed out every block and looks at it again only
  * through its inbox: once all of them came back, no one else may touch its
  * blocks. */
 bool slab_remote_full(const slab_t *s, uint64_t word) {
-  return (word >> REMOTE_COUNT_SHIFT) == s->capacity && (slab_owner(s) & SLAB_F_FULL);
+  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == (int64_t)s->capacity &&
+         (slab_owner(s) & SLAB_F_FULL);
 }
 
 bool slab_wipe(slab_t *s, uint64_t word) {
-  uint64_t wiped = (uint64_t)s->capacity << REMOTE_COUNT_SHIFT;
-  return atomic_compare_exchange_strong_explicit(&s->remote, &word, wiped, memory_order_acq_rel, memory_order_relaxed);
+  if (!atomic_compare_exchange_strong_explicit(&s->remote, &word, word | REMOTE_WIPED, memory_order_acq_rel,
+                                               memory_order_relaxed))
+    return false;
+  _Atomic uint64_t *bits = remote_bits(s); /* every bit is set: every block came back */
+  for (size_t i = 0, n = remote_words(s); i < n; i++) atomic_store_explicit(&bits[i], 0, memory_order_relaxed);
+  return true;
 }
 
-/* Whether a remote list of n blocks is sound: n blocks of this slab, each
- * still free (its free bit set: a block its owner took meanwhile was freed
- * twice, here and on the owner's list), ending at tail. Walked before it
- * joins the owner's list, so that a block freed twice is never handed out
- * twice: the fast path could not tell once the splice sets its bit again. */
-static bool remote_sound(const slab_t *s, block_t *list, block_t *tail, size_t n) {
-  for (size_t i = 1;; i++) {
-    if (!slab_is_block(s, list) || (!HAKMEM_SECURE && !((uintptr_t)list->next & BLOCK_FREE_BIT))) return false;
-    if (list == tail) return i == n && block_next(s, tail) == NULL;
-    if (i == n || (list = block_next(s, list)) == NULL) return false;
+/* Takes the bits set and pushes their blocks onto the free list, the
+ * highest first, so that the list runs up through memory; returns the
+ * blocks. */
+static size_t remote_take(slab_t *s) {
+  _Atomic uint64_t *bits = remote_bits(s);
+  char *first = slab_first(s);
+  size_t n = 0;
+  for (size_t i = remote_words(s); i-- > 0;) {
+    if (!atomic_load_explicit(&bits[i], memory_order_relaxed)) continue;
+    uint64_t v = atomic_exchange_explicit(&bits[i], 0, memory_order_acquire);
+    for (; v; n++) {
+      unsigned j = 63 - (unsigned)__builtin_clzll(v);
+      v &= ~(UINT64_C(1) << j);
+      block_t *b = (block_t *)(first + (i * 64 + j) * s->bsize);
+      block_link(s, b, s->free);
+      s->free = b;
+    }
   }
+  return n;
 }
 
 size_t slab_collect_remote(slab_t *s, bool *wiped) {
-  /* acq_rel: the caller's read of remote_next must happen before a pusher
-   * that sees the emptied list links s onto the inbox again. */
-  uint64_t w = atomic_exchange_explicit(&s->remote, 0, memory_order_acq_rel);
+  uint64_t w = atomic_fetch_or_explicit(&s->remote, REMOTE_COLLECTING, memory_order_acq_rel);
   *wiped = false;
-  if (w == 0) return 0;
-  size_t n = (size_t)(w >> REMOTE_COUNT_SHIFT);
-  block_t *list = remote_block(s, w & REMOTE_OFF_MASK);
-  if (list == NULL) {
+  if (w & REMOTE_WIPED) {
+    size_t n = (size_t)remote_count(w);
     hak_assert(n == s->used);
     slab_reset(s);
     s->used = 0;
+    atomic_store_explicit(&s->remote, REMOTE_BIAS, memory_order_release);
     *wiped = true;
     return n;
   }
-  block_t *tail = remote_block(s, w >> REMOTE_TAIL_SHIFT & REMOTE_OFF_MASK);
-  hak_assert(tail != NULL && n > 0);
-  if (unlikely(!remote_sound(s, list, tail, n))) {
-    harden_list_broken(list); /* returns only to drop the list: its blocks are lost, not handed out twice */
-    return 0;
+  size_t n = 0;
+  for (;;) { /* until no counted bit is left: a free counted after its bit was passed over */
+    size_t taken = remote_take(s);
+    n += taken;
+    uint64_t after = atomic_fetch_sub_explicit(&s->remote, taken, memory_order_acq_rel) - taken;
+    if (remote_count(after) <= 0) break;
   }
-  block_link(s, tail, s->free);
-  s->free = list;
+  atomic_fetch_and_explicit(&s->remote, ~REMOTE_COLLECTING, memory_order_release);
   hak_assert(s->used >= n);
   s->used -= (uint32_t)n;
   return n;

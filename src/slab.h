@@ -1,7 +1,7 @@
 /* Slabs: a span of units holding blocks of one size class, with two free
  * lists: `free`, which the owning heap allocates from and frees onto (last
  * in, first out: the block freed last is the one still in the cache), and
- * `remote`, an atomic list other threads push onto. Fresh blocks are carved
+ * a bitmap other threads set a block's bit in (counted in `remote`). Fresh blocks are carved
  * from the bump range a batch at a time, so untouched pages stay untouched.
  * Layer 2. */
 #ifndef HAKMEM_SLAB_H
@@ -68,17 +68,18 @@ size_t slab_purge_sparse(slab_t *s);
 void slab_unpurge(slab_t *s);
 hak_inline bool slab_has_sparse(const slab_t *s) { return (s->sparse[0] | s->sparse[1]) != 0; }
 
-/* Another thread frees b (a block of s); returns the remote word after it. */
+/* Another thread frees b (a block of s); returns the remote word after it
+ * (0 for a double free, reported). */
 uint64_t slab_free_remote(slab_t *s, block_t *b);
 /* Whether that word says every block of s came back while its owner had set
  * it aside full (and so will not touch it but through its inbox). */
 bool slab_remote_full(const slab_t *s, uint64_t word);
-/* Marks such a slab wiped (every block free, the list dropped), if its word
+/* Marks such a slab wiped (every block free, its bits cleared), if its word
  * is still `word`: its pages may be returned, and its owner, which takes it
  * back reset, first takes the heap's lock. */
 bool slab_wipe(slab_t *s, uint64_t word);
-/* Owner only, for a slab taken off its inbox: moves the remote list onto the
- * free list and returns the blocks moved; a wiped slab is reset, all its
+/* Owner only, for a slab taken off its inbox: moves the blocks of the remote
+ * bits onto the free list and returns them; a wiped slab is reset, all its
  * blocks free (*wiped set). */
 size_t slab_collect_remote(slab_t *s, bool *wiped);
 

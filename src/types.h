@@ -36,13 +36,17 @@ enum {
 
 enum slab_kind { SLAB_NONE = 0, SLAB_SMALL };
 
+/* A slab holds at most this many blocks a unit (the 8-byte class uses half
+ * of each unit): the size of its remote-free bitmap. */
+#define REMOTE_BITS_PER_UNIT (UNIT_SIZE / 16)
+
 struct heap_s;
 
 /* One descriptor per unit of a region. A slab spans one or more units; only
  * the head descriptor is used, and every descriptor points to its head (a
  * free unit's to itself), so that free finds the slab with one load. Three
  * cache lines by who writes them: read-mostly fields every freeing thread
- * reads, the owner's lists, and the list other threads push onto. */
+ * reads, the owner's lists, and the word other threads count remote frees in. */
 #define SLAB_MAX_PAGES 128 /* 4 KiB pages in a slab of 8 units */
 
 typedef struct slab_s {
@@ -71,7 +75,7 @@ typedef struct slab_s {
   char *bump;                    /* first never-carved block (read by remote frees) */
   uint64_t sparse[SLAB_MAX_PAGES / 64]; /* pages returned while sparse: their blocks are off the list */
   /* other threads' */
-  _Alignas(64) _Atomic uint64_t remote; /* see slab_free_remote */
+  _Alignas(64) _Atomic uint64_t remote; /* remote frees not yet collected, and flags (slab.c) */
   struct slab_s *remote_next;    /* the heap's stack of slabs with remote frees */
 } slab_t;
 

@@ -1,8 +1,8 @@
 /* test_harden.c - what the default build catches (docs/security.md): a
- * double free of every size class, later, from two threads at once or
- * after its slab was emptied and reused; a free list link overwritten after
- * free or by an overflow; a free of a pointer inside a block of every size
- * class, by its owner or another thread. Each case runs the bad program in
+ * double free of every size class, later, from two threads at once, twice
+ * by another thread, or after its slab was emptied and reused; a free list
+ * link overwritten after free or by an overflow; a free of a pointer inside
+ * a block of every size class, by its owner or another thread. Each case runs the bad program in
  * a child, which must end with SIGABRT after one line on stderr and never
  * get the same block twice (it exits 3 if it does). Case report_mode (CTest
  * sets HAKMEM_ON_ERROR=report) checks the other outcome: one line, the list
@@ -124,6 +124,25 @@ static void interior_free_remote(void *arg)
   take_distinct(64, 4);
 }
 
+/* Another thread frees a block twice before its owner collects: the second
+ * free finds the block's remote bit set. Blocks of every class. */
+static void *free_twice(void *p)
+{
+  free(p);
+  free(p);
+  return NULL;
+}
+
+static void double_free_remote(void *arg)
+{
+  size_t size = *(size_t *)arg;
+  char *p = tu_launder(malloc(size));
+  pthread_t t;
+  pthread_create(&t, NULL, free_twice, p);
+  pthread_join(t, NULL);
+  take_distinct(size, 4);
+}
+
 /* A slab emptied and its memory reused (by its class and another) before a
  * block of it is freed again: a stale pointer that does not start a live
  * block. Every block handed out after must be new (exit 3 if not). */
@@ -215,6 +234,15 @@ static void test_double_free_after_reuse(void)
   printf("test_harden: double free after the slab was reused: %s\n", caught ? "caught" : "reported, ignored");
 }
 
+static void test_double_free_remote(void)
+{
+  for (size_t i = 0; i < sizeof class_sizes / sizeof *class_sizes; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "another thread frees %zu B twice", class_sizes[i]);
+    expect_abort(double_free_remote, (void *)&class_sizes[i], what);
+  }
+}
+
 static void test_interior_free_remote(void)
 {
   expect_abort_with(interior_free_remote, NULL, "free(p + 16) by another thread", "inside a block");
@@ -259,6 +287,14 @@ static void test_report_mode(void)
            tu_status_str(st, why, sizeof why));
     CHECKF(strstr(out, "dropped") && strchr(out, '\n') == out + strlen(out) - 1, "program %zu: stderr \"%s\"", i, out);
   }
+  {
+    char out[4096], why[64];
+    int st = tu_child_output(double_free_remote, &size, 20, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "remote double free: %s (3: the same block twice)",
+           tu_status_str(st, why, sizeof why));
+    CHECKF(strstr(out, "double free") && strstr(out, "ignored") && strchr(out, '\n') == out + strlen(out) - 1,
+           "remote double free: stderr \"%s\"", out);
+  }
   static const size_t sizes[] = {48, 64, 5000, 20000};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     char out[8192], why[64];
@@ -280,6 +316,7 @@ static const tu_case_t cases[] = {
   {"overwritten_link", test_overwritten_link, 0},
   {"overflow_into_free", test_overflow_into_free, 0},
   {"interior_free_every_class", test_interior_free_every_class, 0},
+  {"double_free_remote", test_double_free_remote, 0},
   {"interior_free_remote", test_interior_free_remote, 0},
   {"report_mode", test_report_mode, TU_BY_NAME},
 };
