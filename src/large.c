@@ -10,7 +10,7 @@
 
 #define CALLOC_PURGE_MIN ((size_t)128 * 1024) /* calloc of dirty pages: purge, not memset, from here */
 #define CACHE_PER_CLASS 64
-#define CACHE_MIN_BYTES ((size_t)1 << 20) /* or an eighth of the heap's live Large bytes, if more */
+#define CACHE_MIN_BYTES ((size_t)16 << 20) /* or half the heap's live Large bytes, if more */
 
 /* The cache's classes: eight per doubling from SMALL_MAX to LARGE_MAX, then
  * one per page count up to SMALL_MAX (the profiler's sampled small blocks). */
@@ -134,9 +134,9 @@ static run_t block_run(const void *p, heap_t **heapp) {
   }
 }
 
-/* The cache holds at most an eighth of what the heap holds in Large blocks,
+/* The cache holds at most half of what the heap holds in Large blocks,
  * and at least CACHE_MIN_BYTES. */
-static size_t cache_pages(const heap_t *heap) { return MAX(CACHE_MIN_BYTES, heap->large_live / 8) >> os_page_log2(); }
+static size_t cache_pages(const heap_t *heap) { return MAX(CACHE_MIN_BYTES, heap->large_live / 2) >> os_page_log2(); }
 
 /* A freed block goes to its class's cache, or back to the free runs (an
  * aligned one, one beyond the cache's bounds, one that realloc moved: the
@@ -157,6 +157,14 @@ bool large_free(void *p, bool cache) {
   heap_unlock(heap);
   if (delay == 0) heap_purge(heap, now, 0, true, NULL);
   return true;
+}
+
+bool large_cache_release(heap_t *heap) {
+  heap_lock(heap);
+  bool held = heap->lcache.pages != 0;
+  if (held) run_cache_flush(&heap->lcache, os_now_ms(), 0);
+  heap_unlock(heap);
+  return held;
 }
 
 size_t large_usable_size(const void *p) {

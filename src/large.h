@@ -19,6 +19,9 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
 /* Frees Large block p (in a region, on a unit no slab holds); with cache,
  * it may be kept for the next block of its class. False when p is not one. */
 bool large_free(void *p, bool cache);
+/* Out of address space: the heap's cached runs go back to its free runs,
+ * where slabs and page runs can take them. Whether it held any. */
+bool large_cache_release(heap_t *heap);
 /* The usable size of large block p, under its heap's lock; 0 when p is not
  * one. */
 size_t large_usable_size(const void *p);
