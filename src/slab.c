@@ -4,7 +4,7 @@
 #include "size_class.h"
 #include "stats.h"
 
-static void slab_remote_init(slab_t *s);
+static void remote_init(slab_t *s);
 
 void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh) {
   size_t bsize = hak_class_size[cls], bytes = (size_t)s->units * UNIT_SIZE;
@@ -26,7 +26,7 @@ void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh
   s->end = start + pad + (size_t)s->capacity * bsize;
   __atomic_store_n(&s->bump, start + pad, __ATOMIC_RELAXED); /* remote frees read it to validate */
   s->next = s->prev = s->remote_next = NULL;
-  slab_remote_init(s);
+  remote_init(s);
   atomic_store_explicit(&s->owner, (uintptr_t)owner | flags, memory_order_release);
 }
 
@@ -176,18 +176,19 @@ void slab_unpurge(slab_t *s) {
 /* Another thread frees a block by setting its bit in the slab's bitmap (in
  * the region's header), never writing the block: the owner reads no line
  * the freeing thread wrote but that bitmap's, and takes the bits a word at a
- * time. The remote word counts the bits set and not yet taken, and flags.
- * A freeing thread sets its bit before it counts it, and the owner subtracts
- * what it took after it took it, so the count never exceeds the bits set: a
- * count of every block means every block came back. The count is kept
- * biased, so that it may dip below zero (a bit taken before it was counted)
- * without borrowing from the flags. */
-#define REMOTE_BIAS (UINT64_C(1) << 31)
+ * time. The remote word counts the frees whose bits are not yet taken, and
+ * flags. A freeing thread counts its free before it sets the bit, and the
+ * owner subtracts what it took after it took it: so a bit set is always
+ * counted (the count may run ahead of the bits, never behind), and the
+ * thread whose count found none is the one that pushes the slab onto its
+ * owner's inbox. A slab is on the inbox, or about to be, while its count is
+ * not zero; its block's bit is the last thing a freeing thread writes of a
+ * slab it does not push, so a slab taken for empty has no free in flight. */
 #define REMOTE_COUNT_MASK ((UINT64_C(1) << 32) - 1)
 #define REMOTE_COLLECTING (UINT64_C(1) << 32) /* the owner is taking bits: no wipe */
 #define REMOTE_WIPED (UINT64_C(1) << 33)      /* every block free, the pages returned */
 
-static int64_t remote_count(uint64_t word) { return (int64_t)(word & REMOTE_COUNT_MASK) - (int64_t)REMOTE_BIAS; }
+static size_t remote_count(uint64_t word) { return (size_t)(word & REMOTE_COUNT_MASK); }
 
 static _Atomic uint64_t *remote_bits(const slab_t *s) {
   region_t *r = region_of(s);
@@ -202,29 +203,36 @@ static uint32_t block_index(const slab_t *s, const block_t *b) {
   return (uint32_t)(((unsigned __int128)(uint64_t)((const char *)b - slab_first(s)) * s->divc) >> 64);
 }
 
-static void slab_remote_init(slab_t *s) {
+static void remote_clear(slab_t *s) {
   _Atomic uint64_t *bits = remote_bits(s);
-  for (size_t i = 0, n = remote_words(s); i < n; i++) /* left only by a double free: read, seldom written */
+  for (size_t i = 0, n = remote_words(s); i < n; i++) /* read first: a word is seldom set */
     if (atomic_load_explicit(&bits[i], memory_order_relaxed)) atomic_store_explicit(&bits[i], 0, memory_order_relaxed);
-  atomic_store_explicit(&s->remote, REMOTE_BIAS, memory_order_relaxed);
+}
+
+static void remote_init(slab_t *s) {
+  remote_clear(s); /* bits are left only by a double free */
+  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+}
+
+static void inbox_push(slab_t *s) {
+  slab_inbox_t *inbox = slab_heap(s);
+  slab_t *top = atomic_load_explicit(&inbox->top, memory_order_relaxed);
+  do {
+    s->remote_next = top;
+  } while (!atomic_compare_exchange_weak_explicit(&inbox->top, &top, s, memory_order_release, memory_order_relaxed));
 }
 
 uint64_t slab_free_remote(slab_t *s, block_t *b) {
   uint32_t i = block_index(s, b);
   uint64_t bit = UINT64_C(1) << (i % 64);
+  uint64_t old = atomic_fetch_add_explicit(&s->remote, 1, memory_order_acq_rel);
   /* release: the block's last writes reach the owner that takes the bit */
   if (atomic_fetch_or_explicit(&remote_bits(s)[i / 64], bit, memory_order_release) & bit) {
+    atomic_fetch_sub_explicit(&s->remote, 1, memory_order_relaxed); /* the first free's count holds it up */
     harden_double_free(b); /* returns only to ignore the free */
     return 0;
   }
-  uint64_t old = atomic_fetch_add_explicit(&s->remote, 1, memory_order_acq_rel);
-  if ((old & REMOTE_COUNT_MASK) == REMOTE_BIAS) { /* tell the owner, whose collector then visits this slab once */
-    slab_inbox_t *inbox = slab_heap(s);
-    slab_t *top = atomic_load_explicit(&inbox->top, memory_order_relaxed);
-    do {
-      s->remote_next = top;
-    } while (!atomic_compare_exchange_weak_explicit(&inbox->top, &top, s, memory_order_release, memory_order_relaxed));
-  }
+  if (remote_count(old) == 0) inbox_push(s); /* the owner's collector then visits this slab once */
   return old + 1;
 }
 
@@ -232,16 +240,27 @@ uint64_t slab_free_remote(slab_t *s, block_t *b) {
  * through its inbox: once all of them came back, no one else may touch its
  * blocks. */
 bool slab_remote_full(const slab_t *s, uint64_t word) {
-  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == (int64_t)s->capacity &&
+  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == s->capacity &&
          (slab_owner(s) & SLAB_F_FULL);
 }
 
+/* Whether every block's bit is set: every free counted has landed. */
+static bool remote_all_set(const slab_t *s) {
+  _Atomic uint64_t *bits = remote_bits(s);
+  size_t n = remote_words(s), tail = s->capacity % 64;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t want = i + 1 == n && tail ? (UINT64_C(1) << tail) - 1 : UINT64_MAX;
+    if (atomic_load_explicit(&bits[i], memory_order_acquire) != want) return false;
+  }
+  return true;
+}
+
 bool slab_wipe(slab_t *s, uint64_t word) {
-  if (!atomic_compare_exchange_strong_explicit(&s->remote, &word, word | REMOTE_WIPED, memory_order_acq_rel,
+  if (!remote_all_set(s) ||
+      !atomic_compare_exchange_strong_explicit(&s->remote, &word, word | REMOTE_WIPED, memory_order_acq_rel,
                                                memory_order_relaxed))
     return false;
-  _Atomic uint64_t *bits = remote_bits(s); /* every bit is set: every block came back */
-  for (size_t i = 0, n = remote_words(s); i < n; i++) atomic_store_explicit(&bits[i], 0, memory_order_relaxed);
+  remote_clear(s);
   return true;
 }
 
@@ -270,22 +289,18 @@ size_t slab_collect_remote(slab_t *s, bool *wiped) {
   uint64_t w = atomic_fetch_or_explicit(&s->remote, REMOTE_COLLECTING, memory_order_acq_rel);
   *wiped = false;
   if (w & REMOTE_WIPED) {
-    size_t n = (size_t)remote_count(w);
+    size_t n = remote_count(w);
     hak_assert(n == s->used);
     slab_reset(s);
     s->used = 0;
-    atomic_store_explicit(&s->remote, REMOTE_BIAS, memory_order_release);
+    atomic_store_explicit(&s->remote, 0, memory_order_release);
     *wiped = true;
     return n;
   }
-  size_t n = 0;
-  for (;;) { /* until no counted bit is left: a free counted after its bit was passed over */
-    size_t taken = remote_take(s);
-    n += taken;
-    uint64_t after = atomic_fetch_sub_explicit(&s->remote, taken, memory_order_acq_rel) - taken;
-    if (remote_count(after) <= 0) break;
-  }
-  atomic_fetch_and_explicit(&s->remote, ~REMOTE_COLLECTING, memory_order_release);
+  size_t n = remote_take(s);
+  uint64_t after = atomic_fetch_sub_explicit(&s->remote, n | REMOTE_COLLECTING, memory_order_acq_rel) - n;
+  /* frees counted whose bits had not landed: the slab waits on the inbox for the next visit */
+  if (remote_count(after)) inbox_push(s);
   hak_assert(s->used >= n);
   s->used -= (uint32_t)n;
   return n;
