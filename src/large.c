@@ -73,9 +73,11 @@ static size_t block_bytes(size_t size, size_t align) {
   return block_bytes_of(size, align);
 }
 
-/* The heap's Large bytes, under its lock (read without it by the total). */
-static void live_add(heap_t *heap, ptrdiff_t d) {
-  __atomic_store_n(&heap->large_live, heap->large_live + (size_t)d, __ATOMIC_RELAXED);
+/* The heap's Large bytes, a block of `removed` bytes replaced by one of
+ * `added` (either 0), under its lock (read without it by the total). */
+static void live_add(heap_t *heap, size_t removed, size_t added) {
+  __atomic_store_n(&heap->large_live, heap->large_live + added - removed, __ATOMIC_RELAXED);
+  heap->large_classed += (added <= CLASS_MAX ? added : 0) - (removed <= CLASS_MAX ? removed : 0);
 }
 
 size_t large_live_bytes(void) {
@@ -95,7 +97,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
   if (!ok) ok = run_alloc(&heap->pages, n, a, &r);
   while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, &r);
-  if (ok) live_add(heap, (ptrdiff_t)run_bytes(r));
+  if (ok) live_add(heap, 0, run_bytes(r));
   heap_unlock(heap);
   if (!ok) return NULL;
   bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */
@@ -134,9 +136,10 @@ static run_t block_run(const void *p, heap_t **heapp) {
   }
 }
 
-/* The cache holds at most half of what the heap holds in Large blocks,
- * and at least CACHE_MIN_BYTES. */
-static size_t cache_pages(const heap_t *heap) { return MAX(CACHE_MIN_BYTES, heap->large_live / 2) >> os_page_log2(); }
+/* The cache holds at most half of what the heap holds in blocks of the
+ * sizes it caches, and at least CACHE_MIN_BYTES: blocks above CLASS_MAX
+ * (never cached) would let it keep freed runs beside their fresh pages. */
+static size_t cache_pages(const heap_t *heap) { return MAX(CACHE_MIN_BYTES, heap->large_classed / 2) >> os_page_log2(); }
 
 /* A freed block goes to its class's cache, or back to the free runs (an
  * aligned one, one beyond the cache's bounds, one that realloc moved: the
@@ -146,12 +149,14 @@ bool large_free(void *p, bool cache) {
   run_t r = block_run(p, &heap);
   if (r.chunk == NULL) return false;
   size_t bytes = run_bytes(r);
-  live_add(heap, -(ptrdiff_t)bytes);
+  live_add(heap, bytes, 0);
   stat_free(STAT_ROW_LARGE, bytes, true);
   uint64_t now = os_now_ms();
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   int c = cache_class(bytes);
-  bool cached = cache && delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, cache_pages(heap));
+  size_t bound = cache_pages(heap);
+  bool cached = cache && delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, bound);
+  if (heap->lcache.pages > bound) run_cache_trim(&heap->lcache, bound, now); /* the heap shrank */
   region_t *reg = region_of(p);
   if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
   heap_unlock(heap);
@@ -187,7 +192,7 @@ bool large_resize(void *p, size_t size) {
   if (n > r.pages) ok = run_grow(&r, n, &dirty);
   else if (n < r.pages) run_shrink(&r, n, os_now_ms());
   n = r.pages;
-  if (ok) live_add(heap, (ptrdiff_t)((size_t)n << shift) - (ptrdiff_t)old);
+  if (ok) live_add(heap, old, (size_t)n << shift);
   heap_unlock(heap);
   if (ok) {
     stat_free(STAT_ROW_LARGE, old, true);

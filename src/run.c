@@ -384,6 +384,23 @@ bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out) {
   return true;
 }
 
+void run_cache_trim(run_cache_t *k, size_t max_pages, uint64_t now) {
+  for (unsigned empty = 0; k->pages > max_pages && empty < RUN_CACHE_CLASSES;) {
+    unsigned cls = k->evict;
+    k->evict = (cls + 1) % RUN_CACHE_CLASSES;
+    uint32_t n = k->n[cls];
+    if (n == 0) {
+      empty++;
+      continue;
+    }
+    empty = 0;
+    run_cache_slot_t *slot = k->slot[cls];
+    run_free(uncache(k, &slot[0]), true, now - ((uint32_t)now - slot[0].ms));
+    __builtin_memmove(slot, slot + 1, (n - 1) * sizeof *slot);
+    k->n[cls] = n - 1;
+  }
+}
+
 bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
   bool left = false;
   for (unsigned cls = 0; cls < RUN_CACHE_CLASSES; cls++) {

@@ -158,7 +158,8 @@ typedef struct {
 
 typedef struct {
   uint32_t n[RUN_CACHE_CLASSES];
-  size_t pages; /* in all classes */
+  size_t pages;   /* in all classes */
+  unsigned evict; /* the class run_cache_trim takes from next */
   run_cache_slot_t slot[RUN_CACHE_CLASSES][RUN_CACHE_DEPTH]; /* oldest first */
 } run_cache_t;
 
@@ -168,6 +169,9 @@ typedef struct {
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages);
 /* The run freed last in class cls, no longer cached; false when none is kept. */
 bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out);
+/* Frees the oldest run of each class in turn until the cache holds at most
+ * max_pages: a bound that shrank with the heap's live bytes. */
+void run_cache_trim(run_cache_t *k, size_t max_pages, uint64_t now);
 /* Frees (dirty, since they were cached) the runs kept for age ms or more;
  * returns whether any run stays cached. */
 bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age);
