@@ -411,7 +411,7 @@ void heap_remote_full(slab_t *s, uint64_t word) {
   if (delay < 0) return;
   uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
   uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
-  if (gen - s->full_gen > 1 && now - active < (uint64_t)MAX(delay, IDLE_MIN_MS)) return;
+  if (gen != s->full_gen && now - active < (uint64_t)MAX(delay, IDLE_MIN_MS)) return;
   heap_lock(h);
   if (slab_wipe(s, word)) {
     stat_add(bytes_purged, os_purge(slab_start(s), (size_t)s->units * UNIT_SIZE));
