@@ -76,10 +76,6 @@ static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, 
   return true;
 }
 
-/* Everything malloc's fast path does not handle: first use by a thread, an
- * exhausted slab, sizes above the small classes, alignment, zeroing. The
- * size comes first, where malloc received it: the fast path then needs no
- * register move before its tail call (and likewise p for free_slow). */
 /* Out of address space for a new slab (no free unit left whole): a page run
  * of the heap's free pages holds the block instead, aligned as a block of its
  * size would be (alloc_aligned asks for a class's size). free and realloc
@@ -89,6 +85,10 @@ static void *alloc_small_as_run(size_t size, heap_t *heap, bool zero) {
   return large_alloc(heap, size, align > os_page_size() ? align : 0, zero);
 }
 
+/* Everything malloc's fast path does not handle: first use by a thread, an
+ * exhausted slab, sizes above the small classes, alignment, zeroing. The
+ * size comes first, where malloc received it: the fast path then needs no
+ * register move before its tail call (and likewise p for free_slow). */
 static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bool zero) {
   if (heap == &hak_heap_empty) {
     hak_process_init();
@@ -106,10 +106,11 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
     hak_tls_view.sample_left = INT64_MAX; /* not profiling: the count never runs out */
   }
   if (size > SMALL_MAX) learn_tick(size);
+  bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
     /* out of address space: empty the caches, once */
     if (tries && !(large_cache_release(heap) | purge_release_cached())) break;
-    if (size <= SMALL_MAX && align <= MIN_ALIGN) {
+    if (small) {
       p = heap_alloc_small_slow(heap, size_class(harden_min_size(size)));
       if (p && zero) memset(p, 0, size);
       continue;
@@ -117,7 +118,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
     if (size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
     if (p == NULL) p = huge_alloc(size, align, zero);
   }
-  if (p == NULL && size <= SMALL_MAX && align <= MIN_ALIGN) p = alloc_small_as_run(size, heap, zero);
+  if (p == NULL && small) p = alloc_small_as_run(size, heap, zero);
   if (p == NULL) errno = ENOMEM;
   return p;
 }

@@ -384,6 +384,12 @@ bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out) {
   return true;
 }
 
+/* Frees slot x's run, dirty since it was cached (its time from the clock's
+ * low 32 bits). */
+static void cache_free(run_cache_t *k, const run_cache_slot_t *x, uint64_t now) {
+  run_free(uncache(k, x), true, now - ((uint32_t)now - x->ms));
+}
+
 void run_cache_trim(run_cache_t *k, size_t max_pages, uint64_t now) {
   for (unsigned empty = 0; k->pages > max_pages && empty < RUN_CACHE_CLASSES;) {
     unsigned cls = k->evict;
@@ -395,7 +401,7 @@ void run_cache_trim(run_cache_t *k, size_t max_pages, uint64_t now) {
     }
     empty = 0;
     run_cache_slot_t *slot = k->slot[cls];
-    run_free(uncache(k, &slot[0]), true, now - ((uint32_t)now - slot[0].ms));
+    cache_free(k, &slot[0], now);
     __builtin_memmove(slot, slot + 1, (n - 1) * sizeof *slot);
     k->n[cls] = n - 1;
   }
@@ -407,7 +413,7 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
     run_cache_slot_t *slot = k->slot[cls];
     uint32_t n = k->n[cls], old = n; /* the newest runs kept for less than age stay */
     while (old > 0 && (uint32_t)now - slot[old - 1].ms < age) old--;
-    for (uint32_t i = 0; i < old; i++) run_free(uncache(k, &slot[i]), true, now - ((uint32_t)now - slot[i].ms));
+    for (uint32_t i = 0; i < old; i++) cache_free(k, &slot[i], now);
     __builtin_memmove(slot, slot + old, (n - old) * sizeof *slot);
     k->n[cls] = n - old;
     left |= n > old;

@@ -2,12 +2,13 @@
  * double free of every size class, later, from two threads at once, twice
  * by another thread, or after its slab was emptied and reused; a free list
  * link overwritten after free or by an overflow; a free of a pointer inside
- * a block of every size class, by its owner or another thread. Each case runs the bad program in
- * a child, which must end with SIGABRT after one line on stderr and never
- * get the same block twice (it exits 3 if it does). Case report_mode (CTest
- * sets HAKMEM_ON_ERROR=report) checks the other outcome: one line, the list
- * dropped, every block still distinct; each interior free ignored, and no
- * block handed out over the live one it pointed into.
+ * a block of every size class, by its owner or another thread. Each case
+ * runs the bad program in a child, which must end with SIGABRT after one
+ * line on stderr and never get the same block twice (it exits 3 if it
+ * does). Case report_mode (CTest sets HAKMEM_ON_ERROR=report) checks the
+ * other outcome: one line, the list dropped, every block still distinct;
+ * each interior free ignored, and no block handed out over the live one it
+ * pointed into.
  *
  * usage: test_harden [CASE|all]
  */
@@ -191,13 +192,19 @@ static void expect_abort(void (*bad)(void *), void *arg, const char *what)
   expect_abort_with(bad, arg, what, "double free");
 }
 
-static void test_double_free_every_class(void)
+/* bad(&size) for the size of every class; what: a format for the size. */
+static void expect_abort_every_class(void (*bad)(void *), const char *what_fmt)
 {
   for (size_t i = 0; i < sizeof class_sizes / sizeof *class_sizes; i++) {
     char what[64];
-    snprintf(what, sizeof what, "double free of %zu B", class_sizes[i]);
-    expect_abort(double_free_now, (void *)&class_sizes[i], what);
+    snprintf(what, sizeof what, what_fmt, class_sizes[i]);
+    expect_abort(bad, (void *)&class_sizes[i], what);
   }
+}
+
+static void test_double_free_every_class(void)
+{
+  expect_abort_every_class(double_free_now, "double free of %zu B");
   printf("test_harden: double free of each of %zu classes -> SIGABRT\n", sizeof class_sizes / sizeof *class_sizes);
 }
 
@@ -236,11 +243,7 @@ static void test_double_free_after_reuse(void)
 
 static void test_double_free_remote(void)
 {
-  for (size_t i = 0; i < sizeof class_sizes / sizeof *class_sizes; i++) {
-    char what[64];
-    snprintf(what, sizeof what, "another thread frees %zu B twice", class_sizes[i]);
-    expect_abort(double_free_remote, (void *)&class_sizes[i], what);
-  }
+  expect_abort_every_class(double_free_remote, "another thread frees %zu B twice");
 }
 
 static void test_interior_free_remote(void)
