@@ -40,13 +40,23 @@ hak_inline void maybe_tick(heap_t *heap) {
   if (unlikely((++slow_calls & (TICK_EVERY - 1)) == 0)) slow_tick(heap);
 }
 
+/* A block of the view's list (block_take: never one already handed out). */
+hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
+  slab_t *s = heap->active[cls];
+  block_t *b = s->free;
+  if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
+  return NULL;
+}
+
 /* Profiling: an allocation that takes the heap's sampling count below zero
  * is sampled. The profiling library's malloc counts on its fast path
  * (HAKMEM_PROFILING); the default library counts here, and its fast path
  * through proxies (heap.h), a Small size counting its class's bytes, as the
- * proxies do. A sampled block is a page run of its own, whose free then
- * takes the slow path and tells the profiler; a Small size whose class is a
- * multiple of an alignment above a page (alloc_aligned) gets that alignment. */
+ * proxies do. A sampled block's free takes the slow path, which tells the
+ * profiler (prof.h): in the profiling library a Small one lies PROF_INNER
+ * bytes into a slab block; any other is a page run of its own, and a Small
+ * size whose class is a multiple of an alignment above a page
+ * (alloc_aligned) gets that alignment. */
 static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, bool zero, void **out) {
   if (prof_nested()) return false;
   size_t counted = size;
@@ -68,7 +78,15 @@ static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, 
   *left = prof_interval();
   if (counted <= SMALL_MAX && (counted & -counted) > os_page_size()) align = MAX(align, counted & -counted);
   void *p = NULL;
-  if (size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
+  if (HAKMEM_PROFILING && !HAKMEM_SECURE && size <= SMALL_MAX - PROF_INNER && align <= MIN_ALIGN) {
+    unsigned cls = size_class(size + PROF_INNER);
+    char *b = alloc_small(heap, cls);
+    if (b == NULL) b = heap_alloc_small_slow(heap, cls);
+    if (b == NULL) return false;
+    p = b + PROF_INNER;
+    if (zero) memset(p, 0, size);
+  }
+  if (p == NULL && size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
   if (p == NULL) p = huge_alloc(size, align, zero);
   if (p == NULL) return false;
   prof_record(p, size, counted);
@@ -125,14 +143,6 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
 
 /* ---- fast paths ------------------------------------------------------------- */
 
-/* A block of the view's list (block_take: never one already handed out). */
-hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
-  slab_t *s = heap->active[cls];
-  block_t *b = s->free;
-  if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
-  return NULL;
-}
-
 /* The profiling library (HAKMEM_PROFILING) counts each allocation against
  * the thread's sampling interval first. */
 hak_inline void *alloc_inline(size_t size) {
@@ -153,6 +163,13 @@ hak_inline void *alloc_inline(size_t size) {
   return alloc_slow(size, heap_get(), 0, false);
 }
 
+/* Whether p may be a sampled Small block of the profiling library: PROF_INNER
+ * bytes into a block of slab s (the profiler's table tells). */
+static inline bool sampled_inside(const slab_t *s, const void *p) {
+  return HAKMEM_PROFILING && !HAKMEM_SECURE && unlikely(prof_on) && slab_is_inside_block(s, p) &&
+         slab_is_block(s, (const char *)p - PROF_INNER);
+}
+
 static hak_noinline void free_slow(void *p, heap_t *heap) {
   if (p == NULL) return;
   uint8_t kind = map_kind(p);
@@ -162,6 +179,7 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
     if (unlikely(prof_on)) prof_forget(p);
     ok = large_free(p, true);
   } else if (s) {
+    if (sampled_inside(s, p) && prof_forget(p)) p = (char *)p - PROF_INNER;
     if ((ok = slab_is_block(s, p))) {
       bool local = slab_heap(s) == heap;
       harden_on_free(s, p);
@@ -263,6 +281,7 @@ static size_t usable_size(const void *p, uint8_t kind) {
       size_t n = large_live_size(p);
       return likely(n != 0) ? n : large_usable_size(p);
     }
+    if (sampled_inside(s, p) && prof_sampled(p)) return s->bsize - PROF_INNER;
     return slab_is_block(s, p) ? s->bsize : 0;
   }
   if (map_kind_is_huge(kind)) return huge_usable_size(p);

@@ -248,14 +248,36 @@ static void sample_del(shard_t *sh, sample_t *e) {
 
 /* ---- the hooks ---------------------------------------------------------------------- */
 
+/* A thread's allocated figures not yet added to their site: threads that
+ * sample the same site would otherwise write its line by turns. Added when
+ * the thread samples another site, every PENDING_MAX samples, and at the
+ * thread's own dumps; a dump lacks at most PENDING_MAX - 1 samples of each
+ * other thread in its cumulative figures (the live ones are exact). */
+#define PENDING_MAX 16
+typedef struct {
+  site_t *site;
+  int64_t n, b;
+  uint32_t count;
+} pending_t;
+static __thread pending_t pending __attribute__((tls_model("initial-exec")));
+
+static void pending_flush(void) {
+  if (pending.site == NULL) return;
+  atomic_fetch_add_explicit(&pending.site->alloc_n, pending.n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&pending.site->alloc_b, pending.b, memory_order_relaxed);
+  pending = (pending_t){0};
+}
+
 static void sample_add(sample_t e) {
   shard_t *sh = shard_of(e.addr);
   hak_lock(&sh->lock);
   bool kept = sample_put(sh, e);
   hak_unlock(&sh->lock);
   if (!kept) return;
-  atomic_fetch_add_explicit(&e.site->alloc_n, (int64_t)(e.weight * FIXED), memory_order_relaxed);
-  atomic_fetch_add_explicit(&e.site->alloc_b, (int64_t)(e.weight * (double)e.size * FIXED), memory_order_relaxed);
+  if (pending.site != e.site || pending.count == PENDING_MAX) pending_flush(), pending.site = e.site;
+  pending.n += (int64_t)(e.weight * FIXED);
+  pending.b += (int64_t)(e.weight * (double)e.size * FIXED);
+  pending.count++;
 }
 
 void prof_record(void *p, size_t size, size_t counted) {
@@ -270,12 +292,21 @@ void prof_record(void *p, size_t size, size_t counted) {
   if (s) sample_add((sample_t){(uintptr_t)p, s, size, weight});
 }
 
-void prof_forget(const void *p) {
+bool prof_forget(const void *p) {
   shard_t *sh = shard_of((uintptr_t)p);
   hak_lock(&sh->lock);
   sample_t *e = sample_find(sh, (uintptr_t)p);
   if (e) sample_del(sh, e);
   hak_unlock(&sh->lock);
+  return e != NULL;
+}
+
+bool prof_sampled(const void *p) {
+  shard_t *sh = shard_of((uintptr_t)p);
+  hak_lock(&sh->lock);
+  bool found = sample_find(sh, (uintptr_t)p) != NULL;
+  hak_unlock(&sh->lock);
+  return found;
 }
 
 void prof_moved(const void *old, void *p, size_t size) {
@@ -393,6 +424,7 @@ int prof_dump(const char *path) {
    * are written outside them (the symbols' lookup takes the loader's lock,
    * which an allocating thread may hold). A site newer than `first` may
    * gather figures here: it is not written, and the next dump clears it. */
+  pending_flush();
   hak_lock(&dump_lock);
   site_t *first = atomic_load_explicit(&sites, memory_order_acquire);
   for (site_t *s = first; s; s = s->all) {

@@ -13,9 +13,13 @@
  * HAKMEM_PROFILING=1, what `hakmem run --profile` preloads) counts on the
  * fast path instead, two instructions.
  *
- * A sampled block gets a page run of its own (large.h), whatever its size:
- * its free then takes the slow path, which tells the profiler, and the free
- * fast path needs no test either.
+ * A sampled block's free must reach the profiler with no test on the free
+ * fast path: it takes the slow path. In the profiling library a sampled
+ * Small block is a slab block of the class PROF_INNER bytes up, handed out
+ * PROF_INNER bytes in: the fast path frees only a block's start
+ * (slab_block_at), and the slow path finds the inner pointer in the table.
+ * Any other sampled block (aligned, Large, the default and secure
+ * libraries) gets a page run of its own (large.h), whose free is slow.
  *
  * Stacks. stackwalk.h walks the stack from the unwind tables (.eh_frame) that
  * every object carries on x86-64, so programs built without frame pointers
@@ -32,6 +36,10 @@
 
 #include "base.h"
 
+/* How far into its slab block a sampled Small block starts (the profiling
+ * library): malloc's alignment. */
+#define PROF_INNER 16
+
 /* Whether profiling is on (set once, at start-up). */
 extern bool prof_on;
 
@@ -44,9 +52,10 @@ int64_t prof_interval(void);
 bool prof_nested(void);
 /* Block p of size bytes was sampled, counted as `counted` bytes. */
 void prof_record(void *p, size_t size, size_t counted);
-/* Block p (a page run or a huge block) is freed; nothing when it was not
- * sampled. */
-void prof_forget(const void *p);
+/* Block p is freed: forgets it, and says whether it was sampled. */
+bool prof_forget(const void *p);
+/* Whether block p is a live sampled block. */
+bool prof_sampled(const void *p);
 /* realloc moved or resized block old to p, now of size bytes. */
 void prof_moved(const void *old, void *p, size_t size);
 /* Writes the live heap to path and path.folded (path NULL: HAKMEM_PROFILE's);

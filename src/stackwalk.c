@@ -323,11 +323,18 @@ static int read_unloads(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
-/* Empties the table when an object was unloaded since the last walk. */
-static void check_unloads(void) {
+/* Empties the table when an object was unloaded since the last check. A
+ * thread checks at its first walk and every UNLOAD_CHECK_EVERY walks after:
+ * the loader's count is read under its lock, which every thread would take
+ * at each walk otherwise. */
+#define UNLOAD_CHECK_EVERY 32
+static __thread uint32_t walks __attribute__((tls_model("initial-exec")));
+
+static bool check_unloads(void) {
+  if (walks++ % UNLOAD_CHECK_EVERY != 0) return false;
   unsigned long long now = 0;
   dl_iterate_phdr(read_unloads, &now);
-  if (now == __atomic_load_n(&unloads, __ATOMIC_RELAXED)) return;
+  if (now == __atomic_load_n(&unloads, __ATOMIC_RELAXED)) return true;
   hak_lock(&table_lock);
   for (size_t i = 0; i < SLOTS; i++) {
     atomic_store_explicit(&table[i].pc, 0, memory_order_relaxed);
@@ -335,25 +342,35 @@ static void check_unloads(void) {
   }
   __atomic_store_n(&unloads, now, __ATOMIC_RELAXED);
   hak_unlock(&table_lock);
+  return true;
 }
 
 /* A frame's size is bounded: a step that moves the stack pointer down, or
  * by more than this, is a wrong rule, and the walk ends there. */
 #define FRAME_MAX ((uintptr_t)1 << 28)
 
+/* The highest frame a walk just after a check reached (its outermost): a
+ * rule gone stale since the check could point a walk above it, where the
+ * stack may end, so no walk reads there. 0 until known. */
+static __thread uintptr_t stack_top __attribute__((tls_model("initial-exec")));
+
 hak_noinline uint32_t stackwalk(uintptr_t *pc, uint32_t max) {
   uintptr_t from = (uintptr_t)__builtin_return_address(0);
   if (table == NULL) return walk_libgcc(pc, max, from);
-  check_unloads();
+  bool fresh = check_unloads();
+  uintptr_t top = fresh || stack_top == 0 ? UINTPTR_MAX : stack_top;
   uintptr_t ip, sp, bp;
   __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(ip), "=r"(sp), "=r"(bp));
   uint32_t n = 0;
   for (uintptr_t at = ip; n < max; at = pc[n - 1] - 1) {
     uint64_t r = rule_of(at);
-    if (RULE_KIND(r) == RULE_END) break;
+    if (RULE_KIND(r) == RULE_END) {
+      if (fresh && sp > stack_top) stack_top = sp;
+      break;
+    }
     if (RULE_KIND(r) != RULE_STEP) return walk_libgcc(pc, max, from);
     uintptr_t cfa = (RULE_FROM_BP(r) ? bp : sp) + (uintptr_t)RULE_CFA_OFF(r);
-    if (cfa <= sp || cfa - sp > FRAME_MAX) break;
+    if (cfa <= sp || cfa - sp > FRAME_MAX || cfa > top) break;
     uintptr_t ra = *(const uintptr_t *)(cfa - 8);
     if (RULE_BP_OFF(r) != 0) bp = *(const uintptr_t *)(cfa + (uintptr_t)RULE_BP_OFF(r));
     sp = cfa;

@@ -12,8 +12,12 @@
 #                  within 10 % of what it holds; the profile at exit is written
 #   profile_pprof  the same profile through google-pprof --text
 #   profile_off    hak_profile_dump says EINVAL when profiling is off
+#   profile_sampled  nearly every block sampled, used and freed every way
+#                  (realloc, calloc, aligned, another thread's free): contents
+#                  and usable sizes hold, and the profile is empty after
 #
-# Usage: report.sh CASE REPORT_PROBE LIBHAKMEM
+# Usage: report.sh CASE REPORT_PROBE LIBHAKMEM (the profile cases also run
+# under libhakmem-profile.so, whose sampled blocks lie elsewhere)
 set -u
 CASE=${1:?case}
 PROBE=${2:?path of report_probe}
@@ -111,6 +115,14 @@ if order != sorted(order, reverse=True): bad.append("ranking")
 if bad: print("report: FAIL: " + ", ".join(bad))
 sys.exit(1 if bad else 0)
 PY
+  ;;
+profile_sampled)
+  HAKMEM_PROFILE="$WORK/exit.heap" HAKMEM_PROFILE_RATE=64 run "$PROBE" sampled "$WORK/p.heap" || fail "exit status $?"
+  grep -q sampled_blocks "$WORK/p.heap.folded" &&
+    fail "freed blocks left in the profile: $(grep sampled_blocks "$WORK/p.heap.folded" | head -3)"
+  # sampled all the same: the allocated estimate counts the probe's 4,096 blocks and more
+  n=$(head -1 "$WORK/p.heap" | sed -n 's/^heap profile: *[0-9]*: *[0-9]* \[ *\([0-9]*\):.*/\1/p')
+  [ "${n:-0}" -ge 4096 ] || fail "the profile counts ${n:-no} blocks allocated: $(head -1 "$WORK/p.heap")"
   ;;
 profile_off)
   out=$(run "$PROBE" dump) || fail "exit status $?"

@@ -10,9 +10,18 @@
  *                        five functions hold 64, 32, 16, 8 and 4 MiB in
  *                        Small, Large, Tiny and huge blocks; the profile is
  *                        dumped to PATH, then everything freed
- *   report_probe dump    hak_profile_dump(NULL); prints its return value */
+ *   report_probe dump    hak_profile_dump(NULL); prints its return value
+ *   report_probe sampled PATH
+ *                        (a small HAKMEM_PROFILE_RATE) blocks of every Small
+ *                        size and some others through malloc, calloc,
+ *                        realloc and posix_memalign, their contents and
+ *                        usable sizes checked, half freed by another thread;
+ *                        the profile of what is left (nothing) to PATH */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +58,74 @@ static void release(void **v, size_t n) {
 #define SITE(m, size) \
   __attribute__((noinline, visibility("default"))) void **site_##m##mib(void) { return hold(m * MiB / (size), size); }
 SITES(SITE)
+
+/* ---- sampled: blocks the profiler samples, used and freed every way ---- */
+
+#define SAMPLED_N 4096
+
+static int bad;
+
+static void expect(int ok, const char *what, size_t size) {
+  if (!ok && bad++ < 10) fprintf(stderr, "report_probe: %s (size %zu)\n", what, size);
+}
+
+static size_t sampled_size(size_t i) { return i % 7 == 0 ? 1 + i * 37 % 300000 : 1 + i * 8 % 32768; }
+
+static int holds(const unsigned char *p, size_t n, unsigned char c) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != c) return 0;
+  return 1;
+}
+
+static void *free_half(void *arg) {
+  void **v = arg;
+  for (size_t i = 0; i < SAMPLED_N; i += 2) free(v[i]);
+  return NULL;
+}
+
+/* The blocks, from a function the profile names. */
+__attribute__((noinline, visibility("default"))) void sampled_blocks(void **v) {
+  for (size_t i = 0; i < SAMPLED_N; i++) {
+    size_t size = sampled_size(i);
+    unsigned char c = (unsigned char)(i | 1);
+    unsigned char *p = NULL;
+    switch (i % 4) {
+    case 0: p = malloc(size); break;
+    case 1:
+      p = calloc(1, size);
+      expect(p && holds(p, size, 0), "calloc: not zeroed", size);
+      break;
+    case 2: /* grown then shrunk in place or moved: the contents follow */
+      p = malloc(size / 2 + 1);
+      if (p) memset(p, c, size / 2 + 1);
+      p = realloc(p, size);
+      expect(p && holds(p, size / 2 + 1, c), "realloc: contents lost", size);
+      break;
+    default: expect(posix_memalign((void **)&p, 64, size) == 0 && ((uintptr_t)p & 63) == 0, "posix_memalign", size);
+    }
+    expect(p != NULL, "no block", size);
+    if (p == NULL) continue;
+    expect(malloc_usable_size(p) >= size, "usable size below the size", size);
+    memset(p, c, size);
+    v[i] = p;
+  }
+}
+
+static int sampled(const char *path) {
+  int (*dump)(const char *) = (int (*)(const char *))sym("hak_profile_dump");
+  void **v = malloc(SAMPLED_N * sizeof *v);
+  sampled_blocks(v);
+  for (size_t i = 0; i < SAMPLED_N; i++)
+    expect(holds(v[i], sampled_size(i), (unsigned char)(i | 1)), "contents overwritten", sampled_size(i));
+  pthread_t t; /* the even ones freed remotely, the odd ones here */
+  pthread_create(&t, NULL, free_half, v);
+  for (size_t i = 1; i < SAMPLED_N; i += 2) free(v[i]);
+  pthread_join(t, NULL);
+  free(v);
+  int err = dump(path);
+  expect(err == 0, "hak_profile_dump failed", 0);
+  return bad != 0;
+}
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -93,6 +170,7 @@ int main(int argc, char **argv) {
     printf("%d\n", dump(NULL));
     return 0;
   }
-  fprintf(stderr, "usage: report_probe json|closed|sites PATH|dump\n");
+  if (strcmp(mode, "sampled") == 0 && argc > 2) return sampled(argv[2]);
+  fprintf(stderr, "usage: report_probe json|closed|sites PATH|dump|sampled PATH\n");
   return 2;
 }
