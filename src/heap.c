@@ -262,7 +262,10 @@ static void heap_drop_cur(heap_t *heap, unsigned cls) {
  * it has returned its pages (it holds the lock until then). */
 static void heap_collect_remote(heap_t *heap) {
   slab_t *s = atomic_exchange_explicit(&heap->inbox.top, NULL, memory_order_acquire);
-  if (s) atomic_fetch_add_explicit(&heap->collects, 1, memory_order_relaxed);
+  if (s) {
+    atomic_fetch_add_explicit(&heap->collects, 1, memory_order_relaxed);
+    atomic_store_explicit(&heap->unclaimed, 0, memory_order_relaxed);
+  }
   while (s) {
     slab_t *next = s->remote_next; /* read first: s may be pushed again at once */
     bool wiped;
@@ -400,18 +403,23 @@ size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pend
 }
 
 /* A remote free emptied full slab s. An owner that collects its inbox takes
- * it back soon, warm. One that has not collected since it set s aside (it
- * sleeps, or is gone), or has not ticked for the purge delay, would keep it
- * resident: its pages go back now, the lock held so that the owner cannot
- * reuse it meanwhile. */
+ * it back soon, warm. One that has not ticked for the purge delay, or has
+ * not collected since it set s aside while UNCLAIMED_MAX bytes of such slabs
+ * piled up (it sleeps, or is gone: a busy one collects when its current slab
+ * runs out), would keep it resident: its pages go back now, the lock held so
+ * that the owner cannot reuse it meanwhile. */
 #define IDLE_MIN_MS 100
+#define UNCLAIMED_MAX ((uint64_t)1 << 20)
 void heap_remote_full(slab_t *s, uint64_t word) {
   heap_t *h = slab_heap(s);
   long delay = purge_delay();
   if (delay < 0) return;
   uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
   uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
-  if (gen != s->full_gen && now - active < (uint64_t)MAX(delay, IDLE_MIN_MS)) return;
+  if (now - active < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
+      (gen != s->full_gen ||
+       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)s->units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
+    return;
   heap_lock(h);
   if (slab_wipe(s, word)) {
     stat_add(bytes_purged, os_purge(slab_start(s), (size_t)s->units * UNIT_SIZE));

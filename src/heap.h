@@ -51,6 +51,7 @@ struct heap_s {
   uint64_t sparse_at_ms;            /* when the sparse slabs were last purged */
   _Atomic uint64_t active_ms;       /* when the owner last looked at the clock (remote wipes read it) */
   _Atomic uint32_t collects;        /* times the owner took its inbox (remote wipes read it) */
+  _Atomic uint64_t unclaimed;       /* bytes of slabs remote frees emptied since it last took it */
   heap_t *next_abandoned;
   heap_t *next_all;
   slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */
