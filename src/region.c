@@ -228,10 +228,20 @@ uint32_t region_header_pages(void) {
   return pages;
 }
 
+/* A heap's first regions map REGION_FIRST and grow by doubling; one that
+ * already holds REGION_GROWN_AFTER regions maps a new one whole (one call
+ * instead of five: its address space is still a fraction of what it holds),
+ * or, when that fails (RLIMIT_AS), REGION_FIRST. */
+#define REGION_GROWN_AFTER 4
+
 bool region_new(run_heap_t *pages, void *owner) {
-  size_t mapped;
+  size_t mapped, first = REGION_FIRST;
   bool dirty;
-  char *base = region_get(REGION_FIRST, &mapped, &dirty);
+  unsigned held = 0;
+  for (run_chunk_t *c = pages->chunks; c && held < REGION_GROWN_AFTER; c = c->next) held++;
+  if (held == REGION_GROWN_AFTER) first = REGION_SIZE;
+  char *base = region_get(first, &mapped, &dirty);
+  if (base == NULL && first > REGION_FIRST) base = region_get(REGION_FIRST, &mapped, &dirty);
   if (base == NULL) return false;
   region_t *r = (region_t *)base;
   uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> os_page_log2());

@@ -10,7 +10,8 @@
  *
  * Growth. A region in the window maps its first 256 KiB and grows by
  * doubling as its pages are needed: address space follows use (RLIMIT_AS),
- * and the rest of its 4 MiB stays free for it.
+ * and the rest of its 4 MiB stays free for it. A heap's fifth region and
+ * later ones are mapped whole at once (region_new).
  *
  * Pages. A region's header comes first: one slab descriptor per 64 KiB unit
  * (so free finds a block's slab by masking and indexing) and the run chunk
