@@ -48,13 +48,21 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
   return NULL;
 }
 
+/* The first class of size bytes or more whose blocks are aligned to align
+ * (their size a multiple of it: slab_block_at); NUM_CLASSES when none. */
+hak_inline unsigned class_aligned(size_t size, size_t align) {
+  unsigned cls = size_class(size);
+  while (cls < NUM_CLASSES && hak_class_size[cls] % align) cls++;
+  return cls;
+}
+
 /* Profiling: an allocation that takes the heap's sampling count below zero
  * is sampled. The profiling library's malloc counts on its fast path
  * (HAKMEM_PROFILING); the default library counts here, and its fast path
  * through proxies (heap.h), a Small size counting its class's bytes, as the
  * proxies do. A sampled block's free takes the slow path, which tells the
- * profiler (prof.h): in the profiling library a Small one lies PROF_INNER
- * bytes into a slab block; any other is a page run of its own, and a Small
+ * profiler (prof.h): in the profiling library a Small one lies inside a slab
+ * block, at its size's alignment; any other is a page run of its own, and a Small
  * size whose class is a multiple of an alignment above a page
  * (alloc_aligned) gets that alignment. */
 static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, bool zero, void **out) {
@@ -78,13 +86,16 @@ static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, 
   *left = prof_interval();
   if (counted <= SMALL_MAX && (counted & -counted) > os_page_size()) align = MAX(align, counted & -counted);
   void *p = NULL;
-  if (HAKMEM_PROFILING && !HAKMEM_SECURE && size <= SMALL_MAX - PROF_INNER && align <= MIN_ALIGN) {
-    unsigned cls = size_class(size + PROF_INNER);
-    char *b = alloc_small(heap, cls);
-    if (b == NULL) b = heap_alloc_small_slow(heap, cls);
-    if (b == NULL) return false;
-    p = b + PROF_INNER;
-    if (zero) memset(p, 0, size);
+  /* inner: the alignment a block of this size has in its own class (alloc_aligned relies on it) */
+  size_t inner = MAX((size_t)PROF_INNER, counted & -counted);
+  if (HAKMEM_PROFILING && !HAKMEM_SECURE && align <= MIN_ALIGN && size + inner <= SMALL_MAX) {
+    unsigned cls = class_aligned(size + inner, inner);
+    if (cls < NUM_CLASSES) { /* none: a page run, page-aligned */
+      char *b = alloc_small(heap, cls);
+      if (b == NULL && (b = heap_alloc_small_slow(heap, cls)) == NULL) return false;
+      p = b + inner;
+      if (zero) memset(p, 0, size);
+    }
   }
   if (p == NULL && size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
   if (p == NULL) p = huge_alloc(size, align, zero);
@@ -163,11 +174,12 @@ hak_inline void *alloc_inline(size_t size) {
   return alloc_slow(size, heap_get(), 0, false);
 }
 
-/* Whether p may be a sampled Small block of the profiling library: PROF_INNER
- * bytes into a block of slab s (the profiler's table tells). */
-static inline bool sampled_inside(const slab_t *s, const void *p) {
-  return HAKMEM_PROFILING && !HAKMEM_SECURE && unlikely(prof_on) && slab_is_inside_block(s, p) &&
-         slab_is_block(s, (const char *)p - PROF_INNER);
+/* The start of the block of slab s that p points inside, where a sampled
+ * Small block of the profiling library lies (the profiler's table tells
+ * whether p is one); NULL when p points inside no block. */
+static inline char *sampled_block(const slab_t *s, const void *p) {
+  if (!HAKMEM_PROFILING || HAKMEM_SECURE || likely(!prof_on) || !slab_is_inside_block(s, p)) return NULL;
+  return (char *)p - (uint32_t)(uintptr_t)p % s->bsize; /* blocks start at multiples of bsize (slab_block_at) */
 }
 
 static hak_noinline void free_slow(void *p, heap_t *heap) {
@@ -179,7 +191,8 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
     if (unlikely(prof_on)) prof_forget(p);
     ok = large_free(p, true);
   } else if (s) {
-    if (sampled_inside(s, p) && prof_forget(p)) p = (char *)p - PROF_INNER;
+    char *b = sampled_block(s, p);
+    if (b && prof_forget(p)) p = b;
     if ((ok = slab_is_block(s, p))) {
       bool local = slab_heap(s) == heap;
       harden_on_free(s, p);
@@ -235,8 +248,7 @@ static void *alloc_aligned(size_t size, size_t align) {
   heap_t *heap = heap_get();
   bool sample = HAKMEM_PROFILING && (hak_tls_view.sample_left -= (int64_t)size) < 0;
   if (size <= SMALL_MAX && align <= SMALL_MAX) {
-    unsigned cls = size_class(size < align ? align : size);
-    while (cls < NUM_CLASSES && hak_class_size[cls] % align) cls++;
+    unsigned cls = class_aligned(size < align ? align : size, align);
     if (cls < NUM_CLASSES) {
       void *p = sample ? NULL : alloc_small(heap, cls);
       if (likely(p != NULL)) return p;
@@ -281,7 +293,8 @@ static size_t usable_size(const void *p, uint8_t kind) {
       size_t n = large_live_size(p);
       return likely(n != 0) ? n : large_usable_size(p);
     }
-    if (sampled_inside(s, p) && prof_sampled(p)) return s->bsize - PROF_INNER;
+    const char *b = sampled_block(s, p);
+    if (b && prof_sampled(p)) return s->bsize - (size_t)((const char *)p - b);
     return slab_is_block(s, p) ? s->bsize : 0;
   }
   if (map_kind_is_huge(kind)) return huge_usable_size(p);

@@ -292,22 +292,19 @@ void prof_record(void *p, size_t size, size_t counted) {
   if (s) sample_add((sample_t){(uintptr_t)p, s, size, weight});
 }
 
-bool prof_forget(const void *p) {
+/* Whether p is a live sampled block; forgets it when forget. */
+static bool sample_lookup(const void *p, bool forget) {
   shard_t *sh = shard_of((uintptr_t)p);
   hak_lock(&sh->lock);
   sample_t *e = sample_find(sh, (uintptr_t)p);
-  if (e) sample_del(sh, e);
+  if (e && forget) sample_del(sh, e);
   hak_unlock(&sh->lock);
   return e != NULL;
 }
 
-bool prof_sampled(const void *p) {
-  shard_t *sh = shard_of((uintptr_t)p);
-  hak_lock(&sh->lock);
-  bool found = sample_find(sh, (uintptr_t)p) != NULL;
-  hak_unlock(&sh->lock);
-  return found;
-}
+bool prof_forget(const void *p) { return sample_lookup(p, true); }
+
+bool prof_sampled(const void *p) { return sample_lookup(p, false); }
 
 void prof_moved(const void *old, void *p, size_t size) {
   shard_t *sh = shard_of((uintptr_t)old);

@@ -15,9 +15,10 @@
  *
  * A sampled block's free must reach the profiler with no test on the free
  * fast path: it takes the slow path. In the profiling library a sampled
- * Small block is a slab block of the class PROF_INNER bytes up, handed out
- * PROF_INNER bytes in: the fast path frees only a block's start
- * (slab_block_at), and the slow path finds the inner pointer in the table.
+ * Small block lies inside a slab block of a bigger class, as far in as the
+ * alignment a block of its size has in its own class (at least PROF_INNER):
+ * the fast path frees only a block's start (slab_block_at), and the slow
+ * path finds the inner pointer in the table.
  * Any other sampled block (aligned, Large, the default and secure
  * libraries) gets a page run of its own (large.h), whose free is slow.
  *
@@ -36,8 +37,8 @@
 
 #include "base.h"
 
-/* How far into its slab block a sampled Small block starts (the profiling
- * library): malloc's alignment. */
+/* How far into its slab block a sampled Small block starts at least (the
+ * profiling library): malloc's alignment. */
 #define PROF_INNER 16
 
 /* Whether profiling is on (set once, at start-up). */

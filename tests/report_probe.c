@@ -101,7 +101,10 @@ __attribute__((noinline, visibility("default"))) void sampled_blocks(void **v) {
       p = realloc(p, size);
       expect(p && holds(p, size / 2 + 1, c), "realloc: contents lost", size);
       break;
-    default: expect(posix_memalign((void **)&p, 64, size) == 0 && ((uintptr_t)p & 63) == 0, "posix_memalign", size);
+    default: { /* every alignment from 16 B to a page */
+      size_t align = (size_t)16 << (i / 4 % 9);
+      expect(posix_memalign((void **)&p, align, size) == 0 && ((uintptr_t)p & (align - 1)) == 0, "posix_memalign", size);
+    }
     }
     expect(p != NULL, "no block", size);
     if (p == NULL) continue;
