@@ -38,6 +38,10 @@ typedef struct region_s {
   run_chunk_t pages;          /* the pages after the header */
   size_t mapped;              /* bytes mapped from the region's start */
   void *owner;                /* the heap whose run heap holds it */
+  /* Bit u: unit u's row of remote_bits may have been written (sticky).
+   * A slab's start clears only such rows: reading a never-written row
+   * would make its page resident for nothing. */
+  _Atomic uint64_t remote_units;
   /* Remote frees: one bit a block, by its index in its slab, a slab's bits
    * running on over its units (slab.c) */
   _Alignas(64) _Atomic uint64_t remote_bits[REGION_UNITS][REMOTE_BITS_PER_UNIT / 64];

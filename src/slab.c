@@ -197,6 +197,13 @@ static _Atomic uint64_t *remote_bits(const slab_t *s) {
 
 static size_t remote_words(const slab_t *s) { return (s->capacity + 63) / 64; }
 
+/* The units whose rows hold s's bits, as remote_units bits. */
+static uint64_t remote_unit_mask(const slab_t *s) {
+  region_t *r = region_of(s);
+  uint64_t units = s->units >= 64 ? UINT64_MAX : (UINT64_C(1) << s->units) - 1;
+  return units << (s - r->slabs);
+}
+
 /* The index of block b in its slab: (b - first) / bsize by divc's multiply,
  * exact for offsets under 2^32. */
 static uint32_t block_index(const slab_t *s, const block_t *b) {
@@ -210,7 +217,8 @@ static void remote_clear(slab_t *s) {
 }
 
 static void remote_init(slab_t *s) {
-  remote_clear(s); /* bits are left only by a double free */
+  /* bits are left only by a double free, and only in rows a remote free wrote */
+  if (atomic_load_explicit(&region_of(s)->remote_units, memory_order_relaxed) & remote_unit_mask(s)) remote_clear(s);
   atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
 }
 
@@ -224,6 +232,10 @@ static void inbox_push(slab_t *s) {
 
 uint64_t slab_free_remote(slab_t *s, block_t *b) {
   uint32_t i = block_index(s, b);
+  _Atomic uint64_t *units = &region_of(s)->remote_units;
+  uint64_t mask = remote_unit_mask(s);
+  if ((atomic_load_explicit(units, memory_order_relaxed) & mask) != mask)
+    atomic_fetch_or_explicit(units, mask, memory_order_relaxed);
   uint64_t bit = UINT64_C(1) << (i % 64);
   uint64_t old = atomic_fetch_add_explicit(&s->remote, 1, memory_order_acq_rel);
   /* release: the block's last writes reach the owner that takes the bit */

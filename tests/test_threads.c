@@ -15,6 +15,11 @@
  * (d) hak_thread_done: a thread hands its heap back early, frees its own old
  *     blocks and keeps allocating; another thread frees blocks of a thread
  *     that already exited.
+ * (e) remote_rows (hak_ API build): one thread's 6 MiB of blocks leave the
+ *     region header's rows for remote frees untouched (mincore: none of
+ *     their pages resident); another thread then frees half of them, the
+ *     owner takes them back and allocates as many again: every block keeps
+ *     its pattern (rows written by the remote frees are cleared for reuse).
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
@@ -301,9 +306,54 @@ static void test_cpu_count(void)
 }
 #endif
 
+#ifdef USE_HAK_API
+#include <sys/mman.h>
+
+#define ROWS_BLOCKS 3000
+#define ROWS_SIZE 2048
+static blk_t rows_blk[ROWS_BLOCKS];
+
+/* Pages lying wholly within the remote-free rows of p's region that are resident. */
+static size_t rows_resident(const void *p)
+{
+  region_t *r = region_of(p);
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)r->remote_bits, hi = lo + sizeof r->remote_bits;
+  lo = (lo + page - 1) & ~(page - 1);
+  hi &= ~(page - 1);
+  unsigned char vec[64];
+  size_t n = 0, pages = (hi - lo) / page;
+  if (hi <= lo || pages > sizeof vec || mincore((void *)lo, hi - lo, vec) != 0) return 0;
+  for (size_t i = 0; i < pages; i++) n += vec[i] & 1;
+  return n;
+}
+
+static void *rows_freer(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < ROWS_BLOCKS; i += 2) blk_free(&rows_blk[i], "remote free");
+  return NULL;
+}
+
+static void test_remote_rows(void)
+{
+  for (int i = 0; i < ROWS_BLOCKS; i++) blk_alloc(&rows_blk[i], ROWS_SIZE, (uint64_t)i);
+  size_t resident = 0, regions = 0;
+  for (int i = 0; i < ROWS_BLOCKS; i++)
+    if (i == 0 || region_of(rows_blk[i].p) != region_of(rows_blk[i - 1].p)) resident += rows_resident(rows_blk[i].p), regions++;
+  CHECKF(resident == 0, "%zu pages of remote-free rows resident in %zu regions, no remote free made", resident, regions);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, rows_freer, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  for (int i = 0; i < ROWS_BLOCKS; i += 2) blk_alloc(&rows_blk[i], ROWS_SIZE, (uint64_t)i + ROWS_BLOCKS);
+  for (int i = 0; i < ROWS_BLOCKS; i++) blk_free(&rows_blk[i], "owner free");
+  printf("  remote_rows: %zu regions, rows untouched until a remote free; blocks checked\n", regions);
+}
+#endif
+
 static const tu_case_t cases[] = {
 #ifdef USE_HAK_API
   {"cpu_count", test_cpu_count, 0},
+  {"remote_rows", test_remote_rows, 0},
 #endif
   {"orphans", test_orphans, 0},
   {"thread_done", test_thread_done, 0},
