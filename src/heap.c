@@ -243,18 +243,25 @@ void heap_slab_empty(heap_t *heap, slab_t *s) {
   slab_set_idle(heap, s);
 }
 
-/* The current slab of cls leaves the fast path; empty, it becomes a queued
- * slab like any other emptied one. */
-static void heap_drop_cur(heap_t *heap, unsigned cls) {
+/* The current slab of cls stops being current; empty, it becomes a queued
+ * slab like any other emptied one. The fast path still points at it: the
+ * caller points it elsewhere before it returns (heap_drop_cur, or the slab
+ * that heap_alloc_small_slow finds next). */
+static void heap_set_aside_cur(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
   heap->cur[cls] = &hak_slab_empty;
-  heap_set_active(heap, cls, &heap->empty);
   if (--s->used == 0) {
     queue_push(heap, s);
     heap_slab_empty(heap, s);
   } else {
     slab_set_full(heap, s);
   }
+}
+
+/* The current slab of cls leaves the fast path. */
+static void heap_drop_cur(heap_t *heap, unsigned cls) {
+  heap_set_aside_cur(heap, cls);
+  heap_set_active(heap, cls, &heap->empty);
 }
 
 /* Takes the slabs that received remote frees and moves their blocks to
@@ -305,7 +312,7 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   /* Blocks other threads freed go out again before fresh ones are carved. */
   if (!slab_has_free(s) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap);
   if (heap_slab_ready(heap, s)) return s;
-  if (s != &hak_slab_empty) heap_drop_cur(heap, cls);
+  if (s != &hak_slab_empty) heap_set_aside_cur(heap, cls);
   slab_queue_t *q = &heap->queue[cls];
   while ((s = q->head) != NULL) {
     queue_remove(heap, s);
