@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define MiB ((size_t)1 << 20)
@@ -136,10 +137,11 @@ int main(int argc, char **argv) {
     size_t (*stats_json)(char *, size_t) = (size_t (*)(char *, size_t))sym("hak_stats_json");
     void **small = hold(100000, 200), **large = hold(200, 100 * 1024), **huge = hold(4, 8 * MiB);
     release(hold(1000, 300 * 1024), 1000); /* freed Large and huge pages, cached or dirty */
-    /* the figures move between two calls (the buffer itself is allocated
-     * in between): room for a few more digits */
+    /* the figures move between two calls: room for a few more digits, in a
+     * buffer from mmap (one from malloc could add a class's row) */
     size_t need = stats_json(NULL, 0) + 64;
-    char *buf = malloc(need);
+    char *buf = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return 1;
     size_t n = stats_json(buf, need);
     if (n >= need || strlen(buf) != n) {
       fprintf(stderr, "report_probe: hak_stats_json wrote %zu bytes, said %zu\n", strlen(buf), n);

@@ -183,7 +183,7 @@ static void test_reallocarray(void)
 static size_t bound_for(size_t size, size_t align)
 {
   /* At most one alignment's worth of waste on top of size-class rounding
-   * (about four classes per doubling: <= 25 %), page rounding for big blocks. */
+   * (four or eight classes per doubling: <= 25 %), page rounding for big blocks. */
   size_t base = (size + 15) / 16 * 16 + align;
   size_t b = base + base / 4 + 16;
   if (base > 32 * KiB) b = (b + pagesz - 1) / pagesz * pagesz;
