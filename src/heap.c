@@ -10,6 +10,7 @@
 #include "stats.h"
 
 slab_t hak_slab_empty = {.free = (block_t *)&hak_slab_empty.free};
+_Atomic size_t heap_fresh_slab_bytes;
 #define EMPTY_VIEWS {[0 ... NUM_CLASSES - 1] = &hak_slab_empty}
 heap_t hak_heap_empty = {.active = EMPTY_VIEWS, .cur = EMPTY_VIEWS,
                          .empty = {.free = (block_t *)&hak_heap_empty.empty.free}};
@@ -301,6 +302,7 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   bool dirty;
   slab_t *s = heap_span_alloc(heap, hak_class_units[cls], &dirty);
+  if (s && !dirty) atomic_fetch_add_explicit(&heap_fresh_slab_bytes, (size_t)s->units * UNIT_SIZE, memory_order_relaxed);
   if (s) slab_init(s, heap, hak_stats_enabled ? SLAB_F_SLOW : 0, cls, !dirty);
   return s;
 }

@@ -66,6 +66,9 @@ struct heap_s {
 /* "No slab": the current slab of a class that has none, and the views of
  * hak_heap_empty, the heap of a thread that has not allocated yet. */
 extern slab_t hak_slab_empty;
+/* Bytes of slabs made on clean units (never touched, or purged), ever: how
+ * far the heaps' small blocks have grown resident memory. */
+extern _Atomic size_t heap_fresh_slab_bytes;
 extern heap_t hak_heap_empty;
 extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
 

@@ -187,6 +187,16 @@ size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
   return n;
 }
 
+size_t huge_cache_shrink(size_t bytes) {
+  size_t n = 0, cut = bytes >> UNIT_BITS;
+  hak_lock(&huge_lock);
+  if (runs.page_shift && runs.dirty_pages)
+    n = run_purge_due(&runs, &huge_lock, os_now_ms(), UINT64_MAX, runs.dirty_pages > cut ? runs.dirty_pages - cut : 0);
+  hak_unlock(&huge_lock);
+  if (n) stat_add(bytes_purged, n);
+  return n;
+}
+
 size_t huge_cached_bytes(void) {
   hak_lock(&huge_lock);
   size_t n = runs.dirty_pages << UNIT_BITS;

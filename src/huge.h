@@ -37,6 +37,8 @@ void *huge_realloc(void *p, size_t size);
 size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending);
 /* Resident bytes of free units (the BigCache). */
 size_t huge_cached_bytes(void);
+/* Purges the BigCache's oldest runs until it holds bytes fewer, or none. */
+size_t huge_cache_shrink(size_t bytes);
 /* The same split by age: young[k] gets those freed less than age_ms[k] ago. */
 void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]);
 /* Resident bytes of huge blocks (live), of the BigCache (cached) and of the

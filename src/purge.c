@@ -64,7 +64,26 @@ static void background_start(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* The BigCache keeps freed huge blocks resident for huge blocks to come.
+ * While the heaps' slabs grow onto fresh pages instead, each MiB they take
+ * costs the cache as much, oldest first: memory that only huge blocks can
+ * reuse does not stay resident beside the small blocks' growth. (Slabs, not
+ * Large runs: a steady program's Large runs also come back clean after a
+ * purge, and its huge blocks would pay for them.) */
+#define FRESH_STEP ((size_t)1 << 20)
+static _Atomic size_t fresh_seen;
+
+static void cache_yield_to_heaps(void) {
+  size_t fresh = atomic_load_explicit(&heap_fresh_slab_bytes, memory_order_relaxed);
+  size_t seen = atomic_load_explicit(&fresh_seen, memory_order_relaxed);
+  if (fresh - seen < FRESH_STEP || policy_knob(KNOB_PURGE_DELAY_MS) < 0 ||
+      !atomic_compare_exchange_strong_explicit(&fresh_seen, &seen, fresh, memory_order_relaxed, memory_order_relaxed))
+    return;
+  huge_cache_shrink(fresh - seen);
+}
+
 void purge_tick(uint64_t now) {
+  cache_yield_to_heaps();
   if (unlikely(hak_option_on(OPT_BACKGROUND_THREAD)) && atomic_load_explicit(&background, memory_order_relaxed) == 0 &&
       heap_threads_running() >= 2)
     background_start();

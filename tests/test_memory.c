@@ -30,6 +30,10 @@
  *            block's reservation serves a 10 MiB one in place (same address,
  *            written and read back whole), and a calloc of 11 MiB reusing it
  *            reads zero throughout.
+ *   cache_yield  a 48 MiB huge block written and freed (kept in the
+ *            BigCache, its age pinned long by CTest), then 48 MiB of 1000 B
+ *            blocks: resident memory grows by at most their size, an eighth
+ *            and 8 MiB (the cache gives way to the slabs), not by twice it.
  *   xthread  a producer allocates 16-1024 B blocks and a consumer frees them
  *            through a ring of 8192 (about 4 MiB in flight) for SECONDS
  *            (default 60): resident memory must stay within twice that
@@ -377,6 +381,36 @@ static void test_bigcache(void)
   printf("test_memory bigcache: a freed block's units served a larger one over them: OK\n");
 }
 
+/* A freed huge block's cached pages give way to slabs growing onto fresh
+ * memory (the cache's age is pinned long, so only that can release them). */
+static void test_cache_yield(void)
+{
+  const size_t big = 48 * MiB, size = 1000, n = big / size;
+  size_t base = tu_rss();
+  char *h = A(malloc)(big);
+  CHECK(h != NULL);
+  memset(h, 7, big);
+  A(free)(h);
+  size_t cached = tu_rss() > base ? tu_rss() - base : 0;
+  char **p = (char **)slot_array(n);
+  for (size_t i = 0; i < n; i++) {
+    CHECK((p[i] = A(malloc)(size)) != NULL);
+    tu_fill(p[i], 0, size, i);
+  }
+  size_t grown = tu_rss() > base ? tu_rss() - base : 0;
+  /* the small blocks, their class's rounding and slabs, and a step or two of the cache not yet given back */
+  CHECKF(grown <= big + big / 8 + 8 * MiB, "%zu MiB of huge pages cached, then %zu MiB of small blocks: %zu MiB resident",
+         mib(cached), mib(big), mib(grown));
+  for (size_t i = 0; i < n; i++) {
+    size_t bad = tu_verify(p[i], 0, size, i);
+    CHECKF(bad == (size_t)-1, "block %zu lost byte %zu", i, bad);
+    A(free)(p[i]);
+  }
+  munmap(p, n * sizeof *p);
+  printf("test_memory cache_yield: %zu MiB cached, %zu MiB of small blocks after: %zu MiB resident: OK\n", mib(cached),
+         mib(big), mib(grown));
+}
+
 #define RING 8192
 static void *_Atomic ring[RING];
 static _Atomic int xthread_stop;
@@ -678,6 +712,7 @@ static const tu_case_t cases[] = {
   {"threads", test_threads, 0},
   {"churn", test_churn, 0},
   {"bigcache", test_bigcache, TU_BY_NAME},
+  {"cache_yield", test_cache_yield, TU_BY_NAME},
   {"xthread", test_xthread, 0},
   {"reuse", test_reuse, TU_BY_NAME},
   {"grow", test_grow, 0},
