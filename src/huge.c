@@ -168,16 +168,22 @@ static arena_t *arena_of_run(run_t r) { return (arena_t *)((char *)r.chunk - off
 
 /* ---- the BigCache ------------------------------------------------------------- */
 
-/* Purges runs due by age or beyond the size bound (all with force), each
- * outside the lock. */
-static size_t cache_evict(uint64_t now, bool force) {
-  uint64_t age = force ? 0 : (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS);
-  size_t keep = force ? 0 : cache_cap_pages(), n = 0;
+/* Purges runs older than age, then the oldest while the cache holds more
+ * than keep units or has not shed cut units yet, each outside the lock. */
+static size_t cache_purge(uint64_t now, uint64_t age, size_t keep, size_t cut) {
+  size_t n = 0;
   hak_lock(&huge_lock);
-  if (runs.page_shift) n = run_purge_due(&runs, &huge_lock, now, age, keep);
+  if (runs.page_shift)
+    n = run_purge_due(&runs, &huge_lock, now, age, MIN(keep, runs.dirty_pages > cut ? runs.dirty_pages - cut : 0));
   hak_unlock(&huge_lock);
   if (n) stat_add(bytes_purged, n);
   return n;
+}
+
+/* Purges runs due by age or beyond the size bound (all with force). */
+static size_t cache_evict(uint64_t now, bool force) {
+  uint64_t age = force ? 0 : (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS);
+  return cache_purge(now, age, force ? 0 : cache_cap_pages(), 0);
 }
 
 size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
@@ -187,15 +193,7 @@ size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
   return n;
 }
 
-size_t huge_cache_shrink(size_t bytes) {
-  size_t n = 0, cut = bytes >> UNIT_BITS;
-  hak_lock(&huge_lock);
-  if (runs.page_shift && runs.dirty_pages)
-    n = run_purge_due(&runs, &huge_lock, os_now_ms(), UINT64_MAX, runs.dirty_pages > cut ? runs.dirty_pages - cut : 0);
-  hak_unlock(&huge_lock);
-  if (n) stat_add(bytes_purged, n);
-  return n;
-}
+size_t huge_cache_shrink(size_t bytes) { return cache_purge(os_now_ms(), UINT64_MAX, SIZE_MAX, bytes >> UNIT_BITS); }
 
 size_t huge_cached_bytes(void) {
   hak_lock(&huge_lock);

@@ -31,7 +31,7 @@ const uint8_t hak_tiny_class[TINY_MAX / 8 + 1] = {
 };
 
 /* size_class() for sizes up to SMALL_MAX, indexed by (size + 127) / 128 (the
- * Mid classes are multiples of 256, so this is exact above TINY_MAX). */
+ * Mid classes are multiples of 128, so this is exact above TINY_MAX). */
 const uint8_t hak_mid_class[SMALL_MAX / 128 + 1] = {
   0, 8, 12, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 29, 30, 30, 31, 31, 32,
   32, 33, 33, 34, 34, 35, 35, 36, 36, 37, 37, 37, 37, 38, 38, 38, 38, 39, 39, 39, 39, 40, 40, 40,

@@ -313,7 +313,8 @@ static void test_cpu_count(void)
 #define ROWS_SIZE 2048
 static blk_t rows_blk[ROWS_BLOCKS];
 
-/* Pages lying wholly within the remote-free rows of p's region that are resident. */
+/* Pages lying wholly within the remote-free rows of p's region that are
+ * resident; a failed mincore fails the case. */
 static size_t rows_resident(const void *p)
 {
   region_t *r = region_of(p);
@@ -322,7 +323,11 @@ static size_t rows_resident(const void *p)
   hi &= ~(page - 1);
   unsigned char vec[64];
   size_t n = 0, pages = (hi - lo) / page;
-  if (hi <= lo || pages > sizeof vec || mincore((void *)lo, hi - lo, vec) != 0) return 0;
+  CHECKF(hi > lo && pages <= sizeof vec, "remote-free rows span %zu whole pages", pages);
+  if (hi <= lo || pages > sizeof vec) return 0;
+  int rc = mincore((void *)lo, hi - lo, vec);
+  CHECKF(rc == 0, "mincore of the remote-free rows: errno %d", errno);
+  if (rc != 0) return 0;
   for (size_t i = 0; i < pages; i++) n += vec[i] & 1;
   return n;
 }
