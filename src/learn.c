@@ -453,6 +453,30 @@ static void floors(uint64_t now, int s, double os_cost) {
   }
 }
 
+/* The rival that keeps less than s on some knob, more on none, and most
+ * among those: the next step along the order of what they keep; -1 none. */
+static int leaner_neighbour(int s) {
+  int n = -1;
+  for (int t = 0; t < STRATEGIES; t++)
+    if (t != s && keeps_more(s, t) && !keeps_more(t, s) && (n < 0 || keeps_more(t, n))) n = t;
+  return n;
+}
+
+/* An epoch that reused nothing from the BigCache: what s kept beyond its
+ * leaner neighbour n saved no fault, so n's floor is what n would have cost
+ * (but for Large pages purged sooner and faulted again), and s plays n on
+ * it. When a burst ends and the program goes on with small work, a caching
+ * strategy's cost stays level (held memory in place of faults) and only an
+ * exploring epoch, one in EXPLORE_STEADY, would have shown that the cache
+ * now buys nothing: the burst's memory stayed resident for seconds. */
+static void neighbour_game(int s, double cost) {
+  int n = leaner_neighbour(s);
+  if (n < 0 || L.floor_at[n] != L.epochs + 1 ||
+      atomic_load_explicit(&huge_reused_bytes, memory_order_relaxed) != L.reused)
+    return;
+  elo_game(s, n, game_score(cost, L.floor[n]));
+}
+
 static void epoch_end(uint64_t now) {
   int s = policy_current();
   bool idle = quiet(now);
@@ -464,6 +488,7 @@ static void epoch_end(uint64_t now) {
   } else {
     double os, cost = epoch_cost(now, &os);
     floors(now, s, os);
+    neighbour_game(s, cost);
     next = learn_rate(os, cost - os);
   }
   run_next(s, next, now);

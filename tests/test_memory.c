@@ -340,6 +340,7 @@ static void test_churn(void)
   size_t end = wait_rss_below(base + slot_pages + peak / 10, 1000) - base;
   end = end > slot_pages ? end - slot_pages : 0;
   CHECKF(peak <= live + live / 10 + slot_pages, "peak resident %zu MiB for %zu MiB live", mib(peak), mib(live));
+  if (end > peak / 10) A(malloc_stats)(); /* what held it, for the log */
   CHECKF(end <= peak / 10, "resident %zu MiB at the end, peak %zu MiB", mib(end), mib(peak));
   printf("test_memory churn: 5 x %zu MiB live, peak resident %zu MiB, end %zu MiB: OK\n", mib(live), mib(peak),
          mib(end));
