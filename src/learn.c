@@ -99,6 +99,7 @@ static struct {
   uint64_t reused;                           /* hak_huge_reused at the epoch's start */
   double floor[STRATEGIES];            /* least cost t could have had (see floors) */
   uint64_t floor_at[STRATEGIES];       /* epoch of it; 0 none */
+  bool floor_exact[STRATEGIES];        /* it is t's cost (see learn_set_floor) */
   uint64_t quiet_since, quiet_allocs, quiet_faults; /* the last busy sample, counts then */
   uint64_t quiet_from;                       /* start of the sums below */
   double quiet_cf_mib_ms[STRATEGIES]; /* what t would have held while quiet */
@@ -225,9 +226,19 @@ static bool could_win(int t, int b) {
   return true;
 }
 
-void learn_set_floor(int t, double floor) {
+void learn_set_floor(int t, double floor, bool exact) {
   L.floor[t] = floor;
   L.floor_at[t] = L.epochs + 1; /* the epoch learn_rate scores next */
+  L.floor_exact[t] = exact;
+}
+
+/* The rival that keeps less than s on some knob, more on none, and most
+ * among those: the next step along the order of what they keep; -1 none. */
+static int leaner_neighbour(int s) {
+  int n = -1;
+  for (int t = 0; t < STRATEGIES; t++)
+    if (t != s && keeps_more(s, t) && !keeps_more(t, s) && (n < 0 || keeps_more(t, n))) n = t;
+  return n;
 }
 
 int learn_rate(double os_cost, double mem_cost) {
@@ -237,6 +248,13 @@ int learn_rate(double os_cost, double mem_cost) {
   L.epochs++;
   for (int t = 0; t < STRATEGIES; t++)
     if (t != s && L.scored_at[t] && L.epochs - L.scored_at[t] <= RECENT_EPOCHS) elo_game(s, t, game_score(cost, L.cost[t]));
+  /* An exact floor of the leaner neighbour is a game too. When a burst ends
+   * and the program goes on with small work, a caching strategy's cost stays
+   * level (held memory in place of faults); without it only an exploring
+   * epoch, one in EXPLORE_STEADY, showed that the cache now buys nothing,
+   * and the burst's memory stayed resident for seconds. */
+  int n = leaner_neighbour(s);
+  if (n >= 0 && L.floor_at[n] == L.epochs && L.floor_exact[n]) elo_game(s, n, game_score(cost, L.floor[n]));
   double before = L.cost[s];
   bool jumped = L.scored_at[s] && (cost > before * JUMP + NEGLIGIBLE_COST || before > cost * JUMP + NEGLIGIBLE_COST);
   L.cost[s] = cost;
@@ -449,32 +467,8 @@ static void floors(uint64_t now, int s, double os_cost) {
     if (t == s || keeps_more(t, s)) continue;
     double cap = (double)policy_knob_of(t, KNOB_BIGCACHE_MB), lost = cache > cap ? reused * (cache - cap) / cache : 0;
     double os = os_cost + w * lost / (double)os_page_size() * L.fault_us / 1000 / per;
-    learn_set_floor(t, os + held_price(L.cf_mib_ms[t]) / (secs + w * (per - secs)));
+    learn_set_floor(t, os + held_price(L.cf_mib_ms[t]) / (secs + w * (per - secs)), reused == 0);
   }
-}
-
-/* The rival that keeps less than s on some knob, more on none, and most
- * among those: the next step along the order of what they keep; -1 none. */
-static int leaner_neighbour(int s) {
-  int n = -1;
-  for (int t = 0; t < STRATEGIES; t++)
-    if (t != s && keeps_more(s, t) && !keeps_more(t, s) && (n < 0 || keeps_more(t, n))) n = t;
-  return n;
-}
-
-/* An epoch that reused nothing from the BigCache: what s kept beyond its
- * leaner neighbour n saved no fault, so n's floor is what n would have cost
- * (but for Large pages purged sooner and faulted again), and s plays n on
- * it. When a burst ends and the program goes on with small work, a caching
- * strategy's cost stays level (held memory in place of faults) and only an
- * exploring epoch, one in EXPLORE_STEADY, would have shown that the cache
- * now buys nothing: the burst's memory stayed resident for seconds. */
-static void neighbour_game(int s, double cost) {
-  int n = leaner_neighbour(s);
-  if (n < 0 || L.floor_at[n] != L.epochs + 1 ||
-      atomic_load_explicit(&huge_reused_bytes, memory_order_relaxed) != L.reused)
-    return;
-  elo_game(s, n, game_score(cost, L.floor[n]));
 }
 
 static void epoch_end(uint64_t now) {
@@ -488,7 +482,6 @@ static void epoch_end(uint64_t now) {
   } else {
     double os, cost = epoch_cost(now, &os);
     floors(now, s, os);
-    neighbour_game(s, cost);
     next = learn_rate(os, cost - os);
   }
   run_next(s, next, now);

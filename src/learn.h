@@ -23,8 +23,12 @@ void learn_active(void);
  * strategy to run next. Used by learn_tick and by the tests. */
 int learn_rate(double os_cost, double mem_cost);
 /* The least cost strategy t could have had in the epoch learn_rate rates
- * next: a rival whose floor loses to the best's cost is not explored. */
-void learn_set_floor(int t, double floor);
+ * next: a rival whose floor loses to the best's cost is not explored.
+ * exact: nothing was reused from the BigCache, so what the running strategy
+ * kept beyond t's bounds saved no fault and the floor is t's cost (but for
+ * Large pages t would have purged sooner): the running strategy plays t,
+ * its leaner neighbour, on it. */
+void learn_set_floor(int t, double floor, bool exact);
 void learn_reset(void);         /* back to the start state (tests) */
 void learn_start(int strategy); /* runs strategy from now on */
 int learn_current(void);

@@ -6,7 +6,8 @@
  *            the same seed and costs give the same choices; rivals are
  *            explored only where they could win (cost in the OS: not leaner
  *            ones; cost in memory: not more generous ones; nil: none; not a
- *            leaner one whose floor loses to the best's cost)
+ *            leaner one whose floor loses to the best's cost); an exact floor of
+ *            the leaner neighbour (nothing reused from the cache) is a game
  *   pinned   (run with HAKMEM_LEARN=0 HAKMEM_LEARN_PIN=k) the strategy never
  *            changes, whatever the costs, and its knobs are k's settings;
  *            under speed, a block larger than the freed one takes its
@@ -59,7 +60,7 @@ static double rating(int s) { return learn_rating(s); }
 static void rate_epoch(double os_cost, double mem_cost) { learn_rate(os_cost, mem_cost); }
 static void reset_learning(void) { learn_reset(); }
 static void start_on(int s) { learn_start(s); }
-static void set_floor(int s, double floor) { learn_set_floor(s, floor); }
+static void set_floor(int s, double floor, bool exact) { learn_set_floor(s, floor, exact); }
 static void sample_tick(void) { learn_tick(0); }
 static long knob(int k) { return policy_knob((knob_t)k); }
 static size_t bigcache_bytes(void) { return huge_cached_bytes(); } /* bytes in the BigCache */
@@ -183,7 +184,7 @@ static void test_rating(void)
     int ran_f[NSTRAT] = {0};
     for (int i = 0; i < 300; i++) {
       ran_f[strategy_running()]++;
-      set_floor(LEAN, lean_floor[k]);
+      set_floor(LEAN, lean_floor[k], false);
       rate_epoch(0, 100);
     }
     CHECKF(k == 0 ? ran_f[LEAN] > 0 : ran_f[LEAN] == 0 && ran_f[MEMORY] == 0,
@@ -192,6 +193,25 @@ static void test_rating(void)
     printf("test_learn rating: lean's floor %.0f against the default's cost 100: lean ran %d epochs: OK\n",
            lean_floor[k], ran_f[LEAN]);
   }
+  /* A burst ends and small work follows that reuses nothing of speed's
+   * cache: speed's cost is all memory, and the default's floor is exact and
+   * nil. Played on that floor, the default is best rated within a few
+   * epochs; without it, only after exploring. */
+  int took[2] = {0, 0};
+  for (int exact = 0; exact < 2; exact++) {
+    reset_learning();
+    run_epochs(400, SPEED, speed_best, NULL);
+    CHECK(best_rated() == SPEED);
+    while (took[exact] < 100 && best_rated() == SPEED) {
+      set_floor(DEFAULT, 1, exact);
+      rate_epoch(0, strategy_running() == SPEED ? 150 : 1);
+      took[exact]++;
+    }
+  }
+  CHECKF(took[1] <= 10 && took[1] < took[0], "speed's cache unused: the default best rated after %d epochs (%d without "
+         "the exact floor)", took[1], took[0]);
+  printf("test_learn rating: speed's cache unused: the default best rated after %d epochs (%d without the exact "
+         "floor): OK\n", took[1], took[0]);
 }
 
 static void test_pinned(int pin)
