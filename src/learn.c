@@ -248,11 +248,10 @@ int learn_rate(double os_cost, double mem_cost) {
   L.epochs++;
   for (int t = 0; t < STRATEGIES; t++)
     if (t != s && L.scored_at[t] && L.epochs - L.scored_at[t] <= RECENT_EPOCHS) elo_game(s, t, game_score(cost, L.cost[t]));
-  /* An exact floor of the leaner neighbour is a game too. When a burst ends
-   * and the program goes on with small work, a caching strategy's cost stays
-   * level (held memory in place of faults); without it only an exploring
-   * epoch, one in EXPLORE_STEADY, showed that the cache now buys nothing,
-   * and the burst's memory stayed resident for seconds. */
+  /* An exact floor of the leaner neighbour is a game too: after a burst, a
+   * caching strategy's cost stays level (held memory in place of faults),
+   * and these games, not one exploring epoch in EXPLORE_STEADY, show within
+   * a few epochs that its cache buys nothing now. */
   int n = leaner_neighbour(s);
   if (n >= 0 && L.floor_at[n] == L.epochs && L.floor_exact[n]) elo_game(s, n, game_score(cost, L.floor[n]));
   double before = L.cost[s];
