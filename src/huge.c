@@ -218,8 +218,8 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   bool ok = false;
   for (int tries = 0; tries < 2 && !ok; tries++) {
     hak_lock(&huge_lock);
-    ok = runs.page_shift && run_alloc(&runs, (uint32_t)units, a, &r);
-    if (!ok && arena_grow(units + a - 1)) ok = run_alloc(&runs, (uint32_t)units, a, &r);
+    ok = runs.page_shift && run_alloc(&runs, (uint32_t)units, a, 1, &r);
+    if (!ok && arena_grow(units + a - 1)) ok = run_alloc(&runs, (uint32_t)units, a, 1, &r);
     if (ok) {
       arena_t *ar = arena_of_run(r);
       ar->usable[r.page] = MIN(units << UNIT_BITS, os_page_round(bytes + bytes / 4));

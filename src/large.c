@@ -42,6 +42,10 @@ static int cache_class_of(size_t bytes) {
  * bytes): those take whole pages, and are cached only when they happen to
  * be a class's size. */
 #define CLASS_MAX ((size_t)256 * 1024)
+/* Blocks above CLASS_MAX placed on dirty pages start on this grid
+ * (run_alloc): a program that writes only their first pages finds those
+ * where the freed blocks had theirs, resident. */
+#define LARGE_GRID ((size_t)128 * 1024)
 static size_t block_bytes_of(size_t size, size_t align) {
   size_t bytes = os_page_round(size ? size : 1);
   return align > os_page_size() || bytes <= SMALL_MAX || bytes > CLASS_MAX ? bytes : class_bytes(large_class(bytes));
@@ -95,8 +99,9 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   heap_lock(heap);
   int c = a == 1 ? cache_class(bytes) : -1;
   bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
-  if (!ok) ok = run_alloc(&heap->pages, n, a, &r);
-  while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, &r);
+  uint32_t grid = bytes > CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
+  if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
+  while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, grid, &r);
   if (ok) live_add(heap, 0, run_bytes(r));
   heap_unlock(heap);
   if (!ok) return NULL;

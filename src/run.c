@@ -250,8 +250,8 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
   return find(h, n + align - 1);
 }
 
-bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) {
-  hak_assert(n >= 1 && is_pow2(align));
+bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out) {
+  hak_assert(n >= 1 && is_pow2(align) && is_pow2(grid));
   run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
   if (x == NULL) return false;
   run_chunk_t *c = x->chunk;
@@ -260,8 +260,9 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) {
   uint32_t at = s;
   if (align > 1) {
     at = aligned_page(c, s, align);
-  } else if (t) { /* over as much of the dirty stretch as it holds */
+  } else if (t) { /* over as much of the dirty stretch as it holds: on the grid if it holds it there */
     at = hi - lo >= n ? lo : hi > n ? hi - n : 0;
+    if (hi - lo >= n && aligned_page(c, lo, grid) <= hi - n) at = aligned_page(c, lo, grid);
     at = MAX(at, s);
     at = MIN(at, s + m - n);
   }

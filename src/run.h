@@ -98,8 +98,12 @@ void run_chunk_grow(run_chunk_t *c, uint32_t limit);
 void run_chunk_remove(run_chunk_t *c);
 
 /* A run of n pages whose address is a multiple of align pages (a power of
- * two); false when no free run fits. */
-bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out);
+ * two); false when no free run fits. Placed in a dirty stretch that holds
+ * it, it starts on a multiple of grid pages where the stretch holds it
+ * there (a power of two; 1: anywhere), so that blocks of which a program
+ * writes only the first pages start where freed ones did, on pages it
+ * wrote, not in the middle of a freed block, never written. */
+bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out);
 /* Frees allocated run r (whole); dirty: its pages may be resident. Returns
  * whether the chunk now holds no allocated run. */
 bool run_free(run_t r, bool dirty, uint64_t now);

@@ -70,13 +70,20 @@
  *   arena_grow  a huge block that does not fit the arena's mapping follows
  *            the one before it (the arena grows in place); freed, the two
  *            serve one block at the first's address.
+ *   large_grid  Large blocks above 256 KiB, only their first page written
+ *            and freed, merge into one dirty stretch: the next such block
+ *            starts on a 128 KiB boundary in it, and the one after it, freed
+ *            and asked again, on the same page, its first page resident (no
+ *            fault), so a program that writes only the heads of its big
+ *            blocks keeps few pages.
  *
  * Run alone by name, a case measures a fresh process (CTest runs each so,
  * with the environment it needs); run together, each in a child of the
  * runner, those that need CTest's environment are left out.
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
- *        bigcache, xthread, reuse, grow, sparse, arena, arena_grow)
+ *        bigcache, xthread, reuse, grow, sparse, arena, arena_grow,
+ *        large_grid)
  */
 #include "testutil.h"
 
@@ -704,6 +711,31 @@ static void test_arena_grow(void)
   printf("test_memory arena_grow: the arena grew in place, and its parts merged: OK\n");
 }
 
+static void test_large_grid(void)
+{
+  enum { SZ = 300 * 1024, GRID = 128 * 1024 };
+  char *a = A(malloc)(SZ), *b = A(malloc)(SZ), *c = A(malloc)(SZ);
+  CHECK(a != NULL && b != NULL && c != NULL);
+  a[0] = 1, b[0] = 2, c[0] = 3;
+  A(free)(a);
+  A(free)(b);
+  A(free)(c);
+  char *p = A(malloc)(SZ);
+  CHECK(p != NULL);
+  CHECKF((uintptr_t)p % GRID == 0, "a %d KiB block on freed dirty pages at %p, not on a 128 KiB boundary", SZ / 1024,
+         (void *)p);
+  p[0] = 4;
+  A(free)(p);
+  char *q = A(malloc)(SZ);
+  long f0 = minor_faults();
+  q[0] = 5;
+  long faults = minor_faults() - f0;
+  CHECKF(q == p, "the same size asked again came at %p, not at %p", (void *)q, (void *)p);
+  CHECKF(faults == 0, "%ld page faults writing the first page of a block placed on a freed one's", faults);
+  A(free)(q);
+  printf("test_memory large_grid: blocks above 256 KiB on freed pages start on the 128 KiB grid: OK\n");
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -720,6 +752,7 @@ static const tu_case_t cases[] = {
   {"sparse", test_sparse, TU_BY_NAME},
   {"arena", test_arena, TU_BY_NAME},
   {"arena_grow", test_arena_grow, TU_BY_NAME},
+  {"large_grid", test_large_grid, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
