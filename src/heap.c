@@ -302,8 +302,9 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   bool dirty;
   slab_t *s = heap_span_alloc(heap, hak_class_units[cls], &dirty);
-  if (s && !dirty) atomic_fetch_add_explicit(&heap_fresh_slab_bytes, (size_t)s->units * UNIT_SIZE, memory_order_relaxed);
-  if (s) slab_init(s, heap, hak_stats_enabled ? SLAB_F_SLOW : 0, cls, !dirty);
+  if (s == NULL) return NULL;
+  if (!dirty) atomic_fetch_add_explicit(&heap_fresh_slab_bytes, (size_t)s->units * UNIT_SIZE, memory_order_relaxed);
+  slab_init(s, heap, hak_stats_enabled ? SLAB_F_SLOW : 0, cls, !dirty);
   return s;
 }
 
