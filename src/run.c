@@ -261,8 +261,12 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
   if (align > 1) {
     at = aligned_page(c, s, align);
   } else if (t) { /* over as much of the dirty stretch as it holds: on the grid if it holds it there */
-    at = hi - lo >= n ? lo : hi > n ? hi - n : 0;
-    if (hi - lo >= n && aligned_page(c, lo, grid) <= hi - n) at = aligned_page(c, lo, grid);
+    if (hi - lo >= n) {
+      uint32_t g = aligned_page(c, lo, grid);
+      at = g <= hi - n ? g : lo;
+    } else {
+      at = hi > n ? hi - n : 0;
+    }
     at = MAX(at, s);
     at = MIN(at, s + m - n);
   }
