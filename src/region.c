@@ -228,18 +228,14 @@ uint32_t region_header_pages(void) {
   return pages;
 }
 
-/* A heap's first regions map REGION_FIRST and grow by doubling; one that
- * already holds REGION_GROWN_AFTER regions maps a new one whole (one call
- * instead of five: its address space is still a fraction of what it holds),
- * or, when that fails (RLIMIT_AS), REGION_FIRST. */
-#define REGION_GROWN_AFTER 4
-
+/* The process's first region maps REGION_FIRST and grows by doubling, so
+ * that the address space at start-up stays near the C library's; every
+ * later one maps whole, or REGION_FIRST when that fails (RLIMIT_AS). Each
+ * mmap call waits for the address space's lock (mmap_lock) that every other
+ * thread's populate holds: one call a region, not five. */
 bool region_new(run_heap_t *pages, void *owner) {
-  size_t mapped, first = REGION_FIRST;
+  size_t mapped, first = atomic_load_explicit(&region_count, memory_order_relaxed) ? REGION_SIZE : REGION_FIRST;
   bool dirty;
-  unsigned held = 0;
-  for (run_chunk_t *c = pages->chunks; c && held < REGION_GROWN_AFTER; c = c->next) held++;
-  if (held == REGION_GROWN_AFTER) first = REGION_SIZE;
   char *base = region_get(first, &mapped, &dirty);
   if (base == NULL && first > REGION_FIRST) base = region_get(REGION_FIRST, &mapped, &dirty);
   if (base == NULL) return false;
