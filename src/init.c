@@ -30,6 +30,7 @@ void hak_process_init(void) {
   hak_stats_init();
   heap_process_init();
   large_init();
+  learn_init();
   atomic_store_explicit(&init_state, 2, memory_order_release);
 }
 

@@ -117,21 +117,29 @@ static bool learning(void) { return hak_option_on(OPT_LEARN); }
 
 /* Microseconds a first touch of a fresh anonymous page costs here, timed on
  * a few pages (the least of several batches, so that preemption does not
- * count): the price of a page fault differs fivefold between machines. */
+ * count): the price of a page fault differs fivefold between machines. The
+ * pages are mapped at start-up and purged after: an mmap or munmap call when
+ * the first sample comes, with threads running, would wait for the address
+ * space's lock (mmap_lock) behind every populate they make. */
 #define FAULT_PROBE_BATCHES 4
 #define FAULT_PROBE_PAGES 8
+static char *probe;
+
+void learn_init(void) {
+  if (learning() && probe == NULL) probe = os_map(FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * os_page_size());
+}
+
 static double fault_us(void) {
   size_t page = os_page_size(), bytes = FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * page;
-  char *p = os_map(bytes);
-  if (p == NULL) return 0;
+  if (probe == NULL) return 0;
   double best = 0;
   for (int b = 0; b < FAULT_PROBE_BATCHES; b++) {
     uint64_t t0 = os_now_ns();
-    for (int i = 0; i < FAULT_PROBE_PAGES; i++) ((volatile char *)p)[(size_t)(b * FAULT_PROBE_PAGES + i) * page] = 1;
+    for (int i = 0; i < FAULT_PROBE_PAGES; i++) ((volatile char *)probe)[(size_t)(b * FAULT_PROBE_PAGES + i) * page] = 1;
     double us = (double)(os_now_ns() - t0) / 1e3 / FAULT_PROBE_PAGES;
     if (b == 0 || us < best) best = us;
   }
-  os_unmap(p, bytes);
+  os_purge(probe, bytes);
   return best;
 }
 

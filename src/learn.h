@@ -37,6 +37,8 @@ int learn_current(void);
 int learn_resume(void);
 double learn_rating(int strategy);
 
+/* At process start-up: maps the pages that price a fault (learning only). */
+void learn_init(void);
 void learn_print(out_t *o);
 void learn_fork_child(void);
 
