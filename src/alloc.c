@@ -261,9 +261,9 @@ static void *alloc_aligned(size_t size, size_t align) {
 
 /* ---- the API -------------------------------------------------------------- */
 
-HAK_API void *hak_malloc(size_t size) { return alloc_inline(size); }
+HAK_API HAK_HOT void *hak_malloc(size_t size) { return alloc_inline(size); }
 
-HAK_API void hak_free(void *p) { free_inline(p); }
+HAK_API HAK_HOT void hak_free(void *p) { free_inline(p); }
 
 HAK_API void hak_free_sized(void *p, size_t size) { free_inline(p); }
 
