@@ -713,8 +713,33 @@ static void test_foreign(void)
   }
 }
 
+/* Size classes, through the usable size: it grows with the size and wastes
+ * at most a quarter of it (an eighth from 1 to 8 KiB); a power of two from
+ * 1 to 4 KiB behind a header of one or two words (sqlite's 1032 and 4104 B)
+ * takes 16 bytes more, not the next eighth of a doubling. */
+static void test_classes(void)
+{
+  size_t last = 0;
+  for (size_t n = 64; n <= 32768; n += 8) {
+    void *p = A(malloc)(n);
+    size_t us = A(malloc_usable_size)(p);
+    CHECKF(us >= n && us >= last, "malloc(%zu): usable %zu (the size before: %zu)", n, us, last);
+    CHECKF(us - n <= n / (n > 1024 && n <= 8192 ? 8 : 4), "malloc(%zu): usable %zu wastes too much", n, us);
+    last = us;
+    A(free)(p);
+  }
+  for (size_t k = 1024; k <= 4096; k *= 2)
+    for (size_t h = 8; h <= 16; h += 8) {
+      void *p = A(malloc)(k + h);
+      CHECKF(A(malloc_usable_size)(p) == k + 16, "malloc(%zu): usable %zu, not %zu", k + h,
+             A(malloc_usable_size)(p), k + 16);
+      A(free)(p);
+    }
+}
+
 static const tu_case_t cases[] = {
   {"malloc", test_malloc_basic, 0},
+  {"classes", test_classes, 0},
   {"calloc", test_calloc, 0},
   {"reallocarray", test_reallocarray, 0},
   {"aligned", test_aligned, 0},
