@@ -32,7 +32,7 @@ static __thread uint32_t slow_calls __attribute__((tls_model("initial-exec")));
 static hak_noinline void slow_tick(heap_t *heap) {
   uint64_t now = os_now_ms();
   if (heap != &hak_heap_empty) heap_tick(heap, now);
-  learn_tick(0);
+  learn_tick(0, now);
   purge_tick(now);
 }
 
@@ -134,7 +134,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   } else if (HAKMEM_PROFILING) {
     hak_tls_view.sample_left = INT64_MAX; /* not profiling: the count never runs out */
   }
-  if (size > SMALL_MAX) learn_tick(size);
+  if (size > SMALL_MAX) learn_tick(size, 0);
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
     /* out of address space: empty the caches, once */

@@ -496,8 +496,7 @@ static void epoch_end(uint64_t now) {
 
 /* A sample; event: the program allocated or freed, which ends an idle
  * stretch at once. */
-static void sample(bool event) {
-  uint64_t now = os_now_ms();
+static void sample(bool event, uint64_t now) {
   bool back = event && atomic_load_explicit(&resume, memory_order_relaxed) >= 0;
   if (!back && now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < LEARN_SAMPLE_MS) return;
   if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
@@ -556,7 +555,7 @@ static void flush_pending(void) {
   pending.bytes = 0;
 }
 
-void learn_tick(size_t alloc) {
+void learn_tick(size_t alloc, uint64_t now) {
   if (!learning()) return;
   if (alloc) {
     pending.n++;
@@ -564,13 +563,13 @@ void learn_tick(size_t alloc) {
     if (pending.n < COUNT_BATCH && atomic_load_explicit(&resume, memory_order_relaxed) < 0) return;
   }
   if (pending.n) flush_pending();
-  sample(alloc != 0);
+  sample(alloc != 0, now ? now : os_now_ms());
 }
 
 void learn_active(void) {
   if (likely(atomic_load_explicit(&resume, memory_order_relaxed) < 0)) return;
   atomic_store_explicit(&woken, true, memory_order_relaxed);
-  sample(true);
+  sample(true, os_now_ms());
 }
 
 void learn_fork_child(void) { atomic_store_explicit(&L.lock.held, 0, memory_order_relaxed); }

@@ -11,9 +11,10 @@
 #define LEARN_SAMPLE_MS 10
 
 /* Called on slow paths (alloc_bytes: the size of a Large or Huge allocation,
- * else 0): samples the memory held above live, and at the end of an epoch
- * rates the strategy that ran and picks the next. Cheap when no sample is due. */
-void learn_tick(size_t alloc_bytes);
+ * else 0; now: os_now_ms() where the caller read it, else 0): samples the
+ * memory held above live, and at the end of an epoch rates the strategy that
+ * ran and picks the next. Cheap when no sample is due. */
+void learn_tick(size_t alloc_bytes, uint64_t now);
 /* Called when the program frees or takes a slab or a huge block: ends an
  * idle stretch at once. One load when not idle. */
 void learn_active(void);

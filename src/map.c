@@ -11,9 +11,7 @@ uint8_t map_fast[MAP_FAST_ENTRIES]; /* in .bss: untouched pages cost nothing */
 static uint8_t *_Atomic leaves[LEAVES];
 static hak_lock_t leaves_lock;
 
-uint8_t map_kind(const void *p) {
-  size_t i = map_index(p);
-  if (i < MAP_FAST_ENTRIES) return __atomic_load_n(&map_fast[i], __ATOMIC_RELAXED);
+uint8_t map_kind_leaf(size_t i) {
   if (i >= MAP_ENTRIES) return MAP_NONE;
   uint8_t *leaf = atomic_load_explicit(&leaves[i >> LEAF_SHIFT], memory_order_acquire);
   return leaf ? __atomic_load_n(&leaf[i & (LEAF_ENTRIES - 1)], __ATOMIC_RELAXED) : MAP_NONE;

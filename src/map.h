@@ -55,8 +55,14 @@ hak_inline bool map_fast_is_region(size_t i) {
 #endif
 }
 
-/* The entry for any address (MAP_NONE beyond the user address space). */
-uint8_t map_kind(const void *p);
+/* The entry for any address (MAP_NONE beyond the user address space); the
+ * window's entries inline, the rest from the leaves. */
+uint8_t map_kind_leaf(size_t i);
+hak_inline uint8_t map_kind(const void *p) {
+  size_t i = map_index(p);
+  if (likely(i < MAP_FAST_ENTRIES)) return __atomic_load_n(&map_fast[i], __ATOMIC_RELAXED);
+  return map_kind_leaf(i);
+}
 /* Sets the entries of [p, p+size) (p and size multiples of 4 MiB are not
  * required: every 4 MiB block touched is set). False when a leaf could not be
  * mapped: nothing was set then. */

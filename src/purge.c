@@ -35,7 +35,7 @@ static void *background_main(void *arg) {
   for (;;) {
     os_sleep_ms(PURGE_TICK_MS);
     uint64_t now = os_now_ms();
-    learn_tick(0);
+    learn_tick(0, now);
     hak_lock(&purge_lock);
     purge_round(now);
     hak_unlock(&purge_lock);
@@ -84,10 +84,12 @@ static void cache_yield_to_heaps(void) {
 
 void purge_tick(uint64_t now) {
   cache_yield_to_heaps();
+  if (now < atomic_load_explicit(&next_round_ms, memory_order_relaxed)) return;
+  /* the opt-in thread starts at a round's time, once a second thread runs */
   if (unlikely(hak_option_on(OPT_BACKGROUND_THREAD)) && atomic_load_explicit(&background, memory_order_relaxed) == 0 &&
       heap_threads_running() >= 2)
     background_start();
-  if (now < atomic_load_explicit(&next_round_ms, memory_order_relaxed) || !hak_trylock(&purge_lock)) return;
+  if (!hak_trylock(&purge_lock)) return;
   atomic_store_explicit(&next_round_ms, now + PURGE_TICK_MS, memory_order_relaxed);
   bool pending = purge_round(now);
   if (!pending) atomic_store_explicit(&next_round_ms, now + 4 * PURGE_TICK_MS, memory_order_relaxed);

@@ -61,7 +61,7 @@ static void rate_epoch(double os_cost, double mem_cost) { learn_rate(os_cost, me
 static void reset_learning(void) { learn_reset(); }
 static void start_on(int s) { learn_start(s); }
 static void set_floor(int s, double floor, bool exact) { learn_set_floor(s, floor, exact); }
-static void sample_tick(void) { learn_tick(0); }
+static void sample_tick(void) { learn_tick(0, 0); }
 static long knob(int k) { return policy_knob((knob_t)k); }
 static size_t bigcache_bytes(void) { return huge_cached_bytes(); } /* bytes in the BigCache */
 static unsigned class_of(size_t size) { return size_class(size); }
