@@ -161,6 +161,18 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
   return n;
 }
 
+/* A carve populates its pages in one call where they are two or more, or
+ * one of a hot class's batch: a fault a page costs more. A populate holds
+ * the address space's lock (mmap_lock) for reading, where a trapped fault
+ * locks only its mapping: with more than POPULATE_MAX_RUNNING threads able
+ * to run at once (threads holding a heap, processors in the affinity mask)
+ * the populating threads queue on it, and carves leave their pages to fault. */
+#define POPULATE_MAX_RUNNING 4
+static unsigned carve_populate_pages(bool hot) {
+  if (MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
+  return hot ? 1 : 2;
+}
+
 /* Whether s can serve an allocation, carving fresh blocks if its list is
  * empty; an idle slab is first taken back. */
 static bool heap_slab_ready(heap_t *heap, slab_t *s) {
@@ -172,7 +184,7 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   }
   if (s->bump >= s->end) return false;
   size_t n = heap_carve_count(heap, s->cls);
-  slab_carve(s, n, n >= carve_hot(s->cls));
+  slab_carve(s, n, carve_populate_pages(n >= carve_hot(s->cls)));
   return true;
 }
 

@@ -64,7 +64,7 @@ void slab_reset(slab_t *s) {
  * them faulted in with one call (kernels before 5.14 refuse it, and are not
  * asked again). Only the carved blocks' pages: the rest of the slab may
  * never be needed. */
-void slab_carve(slab_t *s, size_t n, bool populate) {
+void slab_carve(slab_t *s, size_t n, unsigned populate_pages) {
   hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < s->end);
   size_t bsize = s->bsize;
   char *b = s->bump, *last = b + (n - 1) * bsize;
@@ -72,9 +72,8 @@ void slab_carve(slab_t *s, size_t n, bool populate) {
   n = (size_t)(last - b) / bsize + 1;
   if (s->fresh) { /* the page of b, when not its start, was faulted in by the carve before */
     uintptr_t from = os_page_round((uintptr_t)b), to = os_page_round((uintptr_t)(last + bsize));
-    /* one call instead of a fault a page, where there are two pages or more (a hot class's
-     * batch, or blocks of pages) */
-    if (to > from + os_page_size() || (populate && to > from)) os_populate((void *)from, to - from);
+    /* one call instead of a fault a page, where there are enough pages */
+    if (populate_pages && to >= from + (populate_pages << os_page_log2())) os_populate((void *)from, to - from);
   }
   if (HAKMEM_SECURE) {
     s->free = carve_shuffled(s, b, n);

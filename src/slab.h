@@ -56,9 +56,9 @@ hak_inline block_t *slab_pop_taken(slab_t *s, block_t *b) {
 void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh);
 /* Makes s->free n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS) of those left
  * (the caller checks that some are). The pages of a fresh slab's new blocks
- * are faulted in at once, in one call, where they span two pages or more,
- * or (populate) the class is hot. */
-void slab_carve(slab_t *s, size_t n, bool populate);
+ * are faulted in at once, in one call, where they span populate_pages whole
+ * pages or more (0: never). */
+void slab_carve(slab_t *s, size_t n, unsigned populate_pages);
 /* Forgets every block: the slab reads as freshly made (its pages may have
  * been returned). */
 void slab_reset(slab_t *s);
