@@ -201,7 +201,7 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
         heap_free_local_slow(heap, s, p);
       } else {
         uint64_t word = slab_free_remote(s, p);
-        if (unlikely(slab_remote_full(s, word))) heap_remote_full(s, word);
+        if (unlikely(word != 0)) heap_remote_full(s, word);
       }
     } else if (slab_is_inside_block(s, p)) {
       stat_inc(bad_frees);

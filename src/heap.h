@@ -109,9 +109,9 @@ void heap_sample_settle(heap_t *heap, unsigned cls);
 void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
 /* Slab s's last block came back (its used count fell to 0). */
 void heap_slab_empty(heap_t *heap, slab_t *s);
-/* A remote free brought every block of full slab s back (slab_remote_full,
- * with the remote word it left): when the owner is idle, the slab is wiped
- * and its pages go back now. */
+/* A remote free brought every block of full slab s back (slab_free_remote
+ * returned word, the remote word it left): when the owner is idle, the slab
+ * is wiped and its pages go back now. */
 void heap_remote_full(slab_t *s, uint64_t word);
 /* The owner's periodic work on its slow paths: remote frees, sparse slabs,
  * emptied current slabs. Cheap when nothing is due. */

@@ -229,6 +229,14 @@ static void inbox_push(slab_t *s) {
   } while (!atomic_compare_exchange_weak_explicit(&inbox->top, &top, s, memory_order_release, memory_order_relaxed));
 }
 
+/* A full slab's owner handed out every block and looks at it again only
+ * through its inbox: once all of them came back, no one else may touch its
+ * blocks. */
+static bool remote_full(const slab_t *s, uint64_t word) {
+  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == s->capacity &&
+         (slab_owner(s) & SLAB_F_FULL);
+}
+
 uint64_t slab_free_remote(slab_t *s, block_t *b) {
   uint32_t i = block_index(s, b);
   _Atomic uint64_t *units = &region_of(s)->remote_units;
@@ -244,15 +252,7 @@ uint64_t slab_free_remote(slab_t *s, block_t *b) {
     return 0;
   }
   if (remote_count(old) == 0) inbox_push(s); /* the owner's collector then visits this slab once */
-  return old + 1;
-}
-
-/* A full slab's owner handed out every block and looks at it again only
- * through its inbox: once all of them came back, no one else may touch its
- * blocks. */
-bool slab_remote_full(const slab_t *s, uint64_t word) {
-  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == s->capacity &&
-         (slab_owner(s) & SLAB_F_FULL);
+  return remote_full(s, old + 1) ? old + 1 : 0;
 }
 
 /* Whether every block's bit is set: every free counted has landed. */

@@ -68,12 +68,11 @@ size_t slab_purge_sparse(slab_t *s);
 void slab_unpurge(slab_t *s);
 hak_inline bool slab_has_sparse(const slab_t *s) { return (s->sparse[0] | s->sparse[1]) != 0; }
 
-/* Another thread frees b (a block of s); returns the remote word after it
- * (0 for a double free, reported). */
+/* Another thread frees b (a block of s). Returns the remote word after it
+ * when that says every block of s came back while its owner had set it
+ * aside full (and so will not touch it but through its inbox), else 0 (a
+ * double free is reported and ignored). */
 uint64_t slab_free_remote(slab_t *s, block_t *b);
-/* Whether that word says every block of s came back while its owner had set
- * it aside full (and so will not touch it but through its inbox). */
-bool slab_remote_full(const slab_t *s, uint64_t word);
 /* Marks such a slab wiped (every block free, its bits cleared), if its word
  * is still `word`: its pages may be returned, and its owner, which takes it
  * back reset, first takes the heap's lock. */
