@@ -24,7 +24,8 @@
 
 /* Every TICK_EVERY slow paths a thread looks at the clock: its heap's
  * periodic work, the learner's sample, a purge round when one is due. A
- * thread that only frees has no heap but ticks all the same. */
+ * thread with no heap (it freed only Large and Huge blocks) ticks all the
+ * same. */
 #define TICK_EVERY 16
 #define REALLOC_HUGE_MIN ((size_t)256 * 1024)
 static __thread uint32_t slow_calls __attribute__((tls_model("initial-exec")));
@@ -200,8 +201,7 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
       if (local) {
         heap_free_local_slow(heap, s, p);
       } else {
-        uint64_t word = slab_free_remote(s, p);
-        if (unlikely(word != 0)) heap_remote_full(s, word);
+        heap_free_remote(heap, s, p);
       }
     } else if (slab_is_inside_block(s, p)) {
       stat_inc(bad_frees);

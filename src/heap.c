@@ -375,6 +375,66 @@ static size_t heap_purge_sparse(heap_t *heap) {
   return purged;
 }
 
+/* A remote free emptied full slab s. An owner that collects its inbox takes
+ * it back soon, warm. One that has not ticked for the purge delay, or has
+ * not collected since it set s aside while UNCLAIMED_MAX bytes of such slabs
+ * piled up (it sleeps, or is gone: a busy one collects when its current slab
+ * runs out), would keep it resident: its pages go back now, the lock held so
+ * that the owner cannot reuse it meanwhile. */
+#define IDLE_MIN_MS 100
+#define UNCLAIMED_MAX ((uint64_t)1 << 20)
+static void heap_remote_full(slab_t *s, uint64_t word) {
+  heap_t *h = slab_heap(s);
+  long delay = purge_delay();
+  if (delay < 0) return;
+  uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
+  uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
+  if (now - active < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
+      (gen != s->full_gen ||
+       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)s->units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
+    return;
+  heap_lock(h);
+  if (slab_wipe(s, word)) {
+    stat_add(bytes_purged, os_purge(slab_start(s), (size_t)s->units * UNIT_SIZE));
+    stat_inc(slabs_wiped);
+  }
+  heap_unlock(h);
+}
+
+static void heap_publish(heap_t *heap, unsigned cls) {
+  slab_t *s = heap->gathered[cls].slab;
+  heap->gathered_classes &= ~(UINT64_C(1) << cls);
+  uint64_t word = slab_batch_publish(&heap->gathered[cls]);
+  if (unlikely(word != 0)) heap_remote_full(s, word);
+}
+
+void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b) {
+  if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
+    uint64_t word = slab_free_remote(s, b); /* out of memory: nowhere to gather */
+    if (unlikely(word != 0)) heap_remote_full(s, word);
+    return;
+  }
+  slab_batch_t *q = &heap->gathered[s->cls];
+  if (!slab_batch_start(q, s, b)) {
+    heap_publish(heap, s->cls);
+    slab_batch_start(q, s, b);
+  }
+  heap->gathered_classes |= UINT64_C(1) << s->cls;
+}
+
+/* Publishes every class's gathered frees (all) or those of the classes
+ * with no new free since the last call, a millisecond or more ago. */
+static void heap_publish_gathered(heap_t *heap, bool all, uint64_t now) {
+  if (!all && now == heap->gathered_ms) return;
+  heap->gathered_ms = now;
+  for (uint64_t m = heap->gathered_classes; m; m &= m - 1) {
+    unsigned cls = (unsigned)__builtin_ctzll(m);
+    slab_batch_t *q = &heap->gathered[cls];
+    if (all || q->n == q->seen) heap_publish(heap, cls);
+    else q->seen = q->n;
+  }
+}
+
 /* Once per purge delay (at least TICK_MIN_MS), the owner hands back its
  * emptied current slabs that carved more than a unit (those of a unit or
  * less stay on the fast path: a batch that fills and empties one would pay
@@ -383,6 +443,7 @@ static size_t heap_purge_sparse(heap_t *heap) {
 #define TICK_MIN_MS 50
 void heap_tick(heap_t *heap, uint64_t now) {
   atomic_store_explicit(&heap->active_ms, now, memory_order_relaxed);
+  heap_publish_gathered(heap, false, now);
   if (atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap);
   long delay = purge_delay();
   if (delay < 0 || now - heap->sparse_at_ms < (uint64_t)MAX(delay, TICK_MIN_MS)) return;
@@ -422,32 +483,6 @@ size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pend
   if (n) stat_add(bytes_purged, n);
   if (pending) *pending |= left;
   return n;
-}
-
-/* A remote free emptied full slab s. An owner that collects its inbox takes
- * it back soon, warm. One that has not ticked for the purge delay, or has
- * not collected since it set s aside while UNCLAIMED_MAX bytes of such slabs
- * piled up (it sleeps, or is gone: a busy one collects when its current slab
- * runs out), would keep it resident: its pages go back now, the lock held so
- * that the owner cannot reuse it meanwhile. */
-#define IDLE_MIN_MS 100
-#define UNCLAIMED_MAX ((uint64_t)1 << 20)
-void heap_remote_full(slab_t *s, uint64_t word) {
-  heap_t *h = slab_heap(s);
-  long delay = purge_delay();
-  if (delay < 0) return;
-  uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
-  uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
-  if (now - active < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
-      (gen != s->full_gen ||
-       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)s->units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
-    return;
-  heap_lock(h);
-  if (slab_wipe(s, word)) {
-    stat_add(bytes_purged, os_purge(slab_start(s), (size_t)s->units * UNIT_SIZE));
-    stat_inc(slabs_wiped);
-  }
-  heap_unlock(h);
 }
 
 /* ---- heap life cycle ----------------------------------------------------------------- */
@@ -518,6 +553,7 @@ static void heap_release_empty(heap_t *heap) {
 }
 
 size_t heap_trim(heap_t *heap) {
+  heap_publish_gathered(heap, true, 0);
   heap_release_empty(heap);
   size_t n = heap_purge_sparse(heap);
   return n + heap_purge(heap, os_now_ms(), 0, true, NULL);
@@ -566,6 +602,7 @@ void heap_fork_child(void) {
 #define ABANDON_KEEP_BYTES ((size_t)1 << 20)
 static void heap_abandon(heap_t *heap) {
   if (heap == &hak_heap_empty) return;
+  heap_publish_gathered(heap, true, 0);
   atomic_fetch_sub_explicit(&heaps_running, 1, memory_order_relaxed);
   heap_release_empty(heap);
   heap_lock(heap);

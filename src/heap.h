@@ -32,6 +32,8 @@ typedef struct {
   slab_t *spare; /* one empty slab kept for reuse */
 } slab_queue_t;
 
+_Static_assert(NUM_CLASSES <= 64, "gathered_classes has a bit per class");
+
 struct heap_s {
   slab_inbox_t inbox;               /* first: slabs with remote frees (slab.h) */
   int64_t sample_left;              /* heap profiler, default library: bytes before the next sample */
@@ -52,6 +54,11 @@ struct heap_s {
   _Atomic uint64_t active_ms;       /* when the owner last looked at the clock (remote wipes read it) */
   _Atomic uint32_t collects;        /* times the owner took its inbox (remote wipes read it) */
   _Atomic uint64_t unclaimed;       /* bytes of slabs remote frees emptied since it last took it */
+  /* its thread's frees into other heaps' slabs, not yet published: one
+   * batch per class, since a consumer's frees mix the classes */
+  slab_batch_t gathered[NUM_CLASSES];
+  uint64_t gathered_classes;        /* bit cls: gathered[cls] holds blocks */
+  uint64_t gathered_ms;             /* when the tick last looked at them */
   heap_t *next_abandoned;
   heap_t *next_all;
   slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */
@@ -90,7 +97,9 @@ extern __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec"
 
 hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
 
-/* The calling thread's heap, made or adopted (NULL when out of memory). */
+/* The calling thread's heap, made or adopted (NULL when out of memory). A
+ * thread gets one at its first malloc, or at its first free of another
+ * heap's block, to gather such frees in. */
 heap_t *heap_init_thread(void);
 /* A block of class cls after the fast path found its slab empty; NULL when
  * out of memory. */
@@ -109,10 +118,18 @@ void heap_sample_settle(heap_t *heap, unsigned cls);
 void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
 /* Slab s's last block came back (its used count fell to 0). */
 void heap_slab_empty(heap_t *heap, slab_t *s);
-/* A remote free brought every block of full slab s back (slab_free_remote
- * returned word, the remote word it left): when the owner is idle, the slab
- * is wiped and its pages go back now. */
-void heap_remote_full(slab_t *s, uint64_t word);
+/* The calling thread, whose heap is heap, frees b, a block of slab s that
+ * another heap owns. Its frees of a class into one word of a slab's remote
+ * bits are gathered and published together: when the class's next goes to
+ * another word, on the heap's tick after one with no new free of the
+ * class, at thread exit and on trim. */
+void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b);
+hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
+  /* a class gathering (its bit in gathered_classes set) gathers in slab_batch_add;
+   * hak_heap_empty never gathers */
+  if (likely(slab_batch_add(&heap->gathered[s->cls], s, b))) return;
+  heap_free_remote_slow(heap, s, b);
+}
 /* The owner's periodic work on its slow paths: remote frees, sparse slabs,
  * emptied current slabs. Cheap when nothing is due. */
 void heap_tick(heap_t *heap, uint64_t now);

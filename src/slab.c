@@ -203,12 +203,6 @@ static uint64_t remote_unit_mask(const slab_t *s) {
   return units << (s - r->slabs);
 }
 
-/* The index of block b in its slab: (b - first) / bsize by divc's multiply,
- * exact for offsets under 2^32. */
-static uint32_t block_index(const slab_t *s, const block_t *b) {
-  return (uint32_t)(((unsigned __int128)(uint64_t)((const char *)b - slab_first(s)) * s->divc) >> 64);
-}
-
 static void remote_clear(slab_t *s) {
   _Atomic uint64_t *bits = remote_bits(s);
   for (size_t i = 0, n = remote_words(s); i < n; i++) /* read first: a word is seldom set */
@@ -237,22 +231,50 @@ static bool remote_full(const slab_t *s, uint64_t word) {
          (slab_owner(s) & SLAB_F_FULL);
 }
 
-uint64_t slab_free_remote(slab_t *s, block_t *b) {
-  uint32_t i = block_index(s, b);
+bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b) {
+  uint32_t i = slab_block_index(s, b);
+  if (q->slab != s || q->word != i / 64) {
+    if (q->slab) return false;
+    *q = (slab_batch_t){.slab = s, .word = i / 64};
+  }
+  uint64_t bit = UINT64_C(1) << (i % 64);
+  if (q->bits & bit) {
+    harden_double_free(b); /* returns only to ignore the free */
+  } else {
+    q->bits |= bit;
+    q->n++;
+  }
+  return true;
+}
+
+uint64_t slab_batch_publish(slab_batch_t *q) {
+  slab_t *s = q->slab;
+  uint64_t bits = q->bits;
+  q->slab = NULL;
   _Atomic uint64_t *units = &region_of(s)->remote_units;
   uint64_t mask = remote_unit_mask(s);
   if ((atomic_load_explicit(units, memory_order_relaxed) & mask) != mask)
     atomic_fetch_or_explicit(units, mask, memory_order_relaxed);
-  uint64_t bit = UINT64_C(1) << (i % 64);
-  uint64_t old = atomic_fetch_add_explicit(&s->remote, 1, memory_order_acq_rel);
-  /* release: the block's last writes reach the owner that takes the bit */
-  if (atomic_fetch_or_explicit(&remote_bits(s)[i / 64], bit, memory_order_release) & bit) {
-    atomic_fetch_sub_explicit(&s->remote, 1, memory_order_relaxed); /* the first free's count holds it up */
-    harden_double_free(b); /* returns only to ignore the free */
-    return 0;
+  uint64_t n = q->n;
+  uint64_t old = atomic_fetch_add_explicit(&s->remote, n, memory_order_acq_rel);
+  /* release: the blocks' last writes reach the owner that takes their bits */
+  uint64_t twice = atomic_fetch_or_explicit(&remote_bits(s)[q->word], bits, memory_order_release) & bits;
+  if (unlikely(twice)) {
+    for (uint64_t v = twice; v; v &= v - 1) {
+      atomic_fetch_sub_explicit(&s->remote, 1, memory_order_relaxed); /* the first free's count holds it up */
+      n--;
+      harden_double_free(slab_first(s) + ((size_t)q->word * 64 + (unsigned)__builtin_ctzll(v)) * s->bsize);
+    }
+    if (n == 0) return 0;
   }
   if (remote_count(old) == 0) inbox_push(s); /* the owner's collector then visits this slab once */
-  return remote_full(s, old + 1) ? old + 1 : 0;
+  return remote_full(s, old + n) ? old + n : 0;
+}
+
+uint64_t slab_free_remote(slab_t *s, block_t *b) {
+  slab_batch_t q = {0};
+  slab_batch_start(&q, s, b);
+  return slab_batch_publish(&q);
 }
 
 /* Whether every block's bit is set: every free counted has landed. */

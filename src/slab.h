@@ -68,10 +68,45 @@ size_t slab_purge_sparse(slab_t *s);
 void slab_unpurge(slab_t *s);
 hak_inline bool slab_has_sparse(const slab_t *s) { return (s->sparse[0] | s->sparse[1]) != 0; }
 
-/* Another thread frees b (a block of s). Returns the remote word after it
- * when that says every block of s came back while its owner had set it
- * aside full (and so will not touch it but through its inbox), else 0 (a
- * double free is reported and ignored). */
+/* Remote frees a thread gathers before it publishes them: blocks of one
+ * word of one slab's remote bits. A consumer frees a producer's blocks in
+ * about the order they were handed out, so runs of them share a word and
+ * cost one atomic update of the count and one of the bits a run. Only the
+ * gathering thread touches it; its blocks still count as used. */
+typedef struct {
+  slab_t *slab; /* NULL: none gathered */
+  uint64_t bits;
+  uint32_t word;
+  uint16_t n;    /* bits set */
+  uint16_t seen; /* n at the gathering thread's last look (heap_tick) */
+} slab_batch_t;
+
+/* The index of block b in its slab: (b - first) / bsize by divc's multiply,
+ * exact for offsets under 2^32. */
+hak_inline uint32_t slab_block_index(const slab_t *s, const block_t *b) {
+  return (uint32_t)(((unsigned __int128)(uint64_t)((const char *)b - slab_first(s)) * s->divc) >> 64);
+}
+
+/* Adds b, a block of s, to q: slab_batch_add only where q gathers b's word
+ * and b is not in it yet (false, nothing done, otherwise), slab_batch_start
+ * in any case but one: false when q holds blocks of another word, to be
+ * published first. A second free of a block already gathered is reported
+ * and ignored. */
+hak_inline bool slab_batch_add(slab_batch_t *q, slab_t *s, block_t *b) {
+  uint32_t i = slab_block_index(s, b);
+  uint64_t bit = UINT64_C(1) << (i % 64);
+  if (q->slab != s || q->word != i / 64 || (q->bits & bit)) return false;
+  q->bits |= bit;
+  q->n++;
+  return true;
+}
+bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b);
+/* Publishes q's blocks as freed and empties it. Returns the remote word
+ * after them when that says every block of the slab came back while its
+ * owner had set it aside full (and so will not touch it but through its
+ * inbox), else 0 (a double free is reported and ignored). */
+uint64_t slab_batch_publish(slab_batch_t *q);
+/* Another thread frees b (a block of s) at once: a batch of one. */
 uint64_t slab_free_remote(slab_t *s, block_t *b);
 /* Marks such a slab wiped (every block free, its bits cleared), if its word
  * is still `word`: its pages may be returned, and its owner, which takes it

@@ -1,6 +1,6 @@
 /* test_harden.c - what the default build catches (docs/security.md): a
  * double free of every size class, later, from two threads at once, twice
- * by another thread, or after its slab was emptied and reused; a free list
+ * by another thread (at once, or after other frees), or after its slab was emptied and reused; a free list
  * link overwritten after free or by an overflow; a free of a pointer inside
  * a block of every size class, by its owner or another thread. Each case
  * runs the bad program in a child, which must end with SIGABRT after one
@@ -147,6 +147,28 @@ static void double_free_remote(void *arg)
   take_distinct(size, 4);
 }
 
+/* Another thread frees a block, then 299 others (so that its free is
+ * published, not held with the rest), then the block again. */
+enum { LATER_N = 300 };
+static void *free_then_others_then_again(void *arg)
+{
+  char **blocks = arg;
+  for (int i = 0; i < LATER_N; i++) free(blocks[i]);
+  free(blocks[0]);
+  return NULL;
+}
+
+static void double_free_remote_later(void *arg)
+{
+  size_t size = *(size_t *)arg;
+  char **blocks = calloc(LATER_N, sizeof *blocks);
+  for (int i = 0; i < LATER_N; i++) blocks[i] = tu_launder(malloc(size));
+  pthread_t t;
+  pthread_create(&t, NULL, free_then_others_then_again, blocks);
+  pthread_join(t, NULL);
+  take_distinct(size, 4);
+}
+
 /* A slab emptied and its memory reused (by its class and another) before a
  * block of it is freed again: a stale pointer that does not start a live
  * block. Every block handed out after must be new (exit 3 if not). */
@@ -249,6 +271,11 @@ static void test_double_free_remote(void)
   expect_abort_every_class(double_free_remote, "another thread frees %zu B twice");
 }
 
+static void test_double_free_remote_later(void)
+{
+  expect_abort_every_class(double_free_remote_later, "another thread frees %zu B, 299 others, the first again");
+}
+
 static void test_interior_free_remote(void)
 {
   expect_abort_with(interior_free_remote, NULL, "free(p + 16) by another thread", "inside a block");
@@ -323,6 +350,7 @@ static const tu_case_t cases[] = {
   {"overflow_into_free", test_overflow_into_free, 0},
   {"interior_free_every_class", test_interior_free_every_class, 0},
   {"double_free_remote", test_double_free_remote, 0},
+  {"double_free_remote_later", test_double_free_remote_later, 0},
   {"interior_free_remote", test_interior_free_remote, 0},
   {"report_mode", test_report_mode, TU_BY_NAME},
 };
