@@ -297,7 +297,7 @@ static size_t usable_size(const void *p, uint8_t kind) {
     if (b && prof_sampled(p)) return s->bsize - (size_t)((const char *)p - b);
     return slab_is_block(s, p) ? s->bsize : 0;
   }
-  if (map_kind_is_huge(kind)) return huge_usable_size(p);
+  if (map_kind_is_huge(kind)) return huge_usable_size(p, kind);
   return 0;
 }
 

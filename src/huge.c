@@ -328,7 +328,7 @@ static void count_usable(size_t old, size_t now) {
 }
 
 static void *counted(void *p) {
-  if (p) count_usable(0, huge_usable_size(p));
+  if (p) count_usable(0, huge_usable_size(p, map_kind(p)));
   return p;
 }
 
@@ -369,8 +369,7 @@ bool huge_free(void *p) {
   return true;
 }
 
-size_t huge_usable_size(const void *p) {
-  uint8_t kind = map_kind(p);
+size_t huge_usable_size(const void *p, uint8_t kind) {
   if (kind == MAP_HUGE || kind == MAP_HUGE_ALIGNED) {
     own_t *h = own_lookup(p, kind);
     return h ? h->usable : 0;
@@ -480,7 +479,7 @@ void *huge_realloc(void *p, size_t size) {
   void *q = p;
   if (!ok) {
     if ((q = arena_move_out(p, r, old, size)) == NULL) return NULL;
-    now_usable = huge_usable_size(q);
+    now_usable = huge_usable_size(q, map_kind(q));
   }
   count_usable(old, now_usable);
   return q;

@@ -25,8 +25,9 @@ void *huge_alloc(size_t size, size_t align, bool zero);
 void *huge_alloc_growing(size_t size);
 /* Frees huge block p; false when p is not one. */
 bool huge_free(void *p);
-/* The usable size of huge block p; 0 when p is not one. */
-size_t huge_usable_size(const void *p);
+/* The usable size of huge block p, whose map kind (map_kind) is kind; 0
+ * when p is not one. */
+size_t huge_usable_size(const void *p, uint8_t kind);
 /* Resizes in place, or moves the pages (no copy) to a new mapping. Returns
  * the block's address, or NULL when neither works (p is then unchanged). */
 void *huge_realloc(void *p, size_t size);
