@@ -408,18 +408,44 @@ static void heap_publish(heap_t *heap, unsigned cls) {
   if (unlikely(word != 0)) heap_remote_full(s, word);
 }
 
-void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b) {
+static hak_noinline void heap_free_at_once(slab_t *s, block_t *b) {
+  uint64_t word = slab_free_remote(s, b);
+  if (unlikely(word != 0)) heap_remote_full(s, word);
+}
+
+/* A class whose gathered word held one block when its next free went to
+ * another (its remote frees do not run together) publishes its next
+ * GATHER_SKIP frees at once, then tries again: gathering costs such frees
+ * a second visit each. */
+#define GATHER_SKIP 32
+static hak_noinline void heap_gather(heap_t *heap, slab_t *s, block_t *b) {
   if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
-    uint64_t word = slab_free_remote(s, b); /* out of memory: nowhere to gather */
-    if (unlikely(word != 0)) heap_remote_full(s, word);
+    heap_free_at_once(s, b); /* out of memory: nowhere to gather */
     return;
   }
-  slab_batch_t *q = &heap->gathered[s->cls];
+  unsigned cls = s->cls;
+  slab_batch_t *q = &heap->gathered[cls];
   if (!slab_batch_start(q, s, b)) {
-    heap_publish(heap, s->cls);
+    bool lone = q->n == 1;
+    heap_publish(heap, cls);
+    if (lone) {
+      heap->gather_skip[cls] = GATHER_SKIP;
+      heap_free_at_once(s, b);
+      return;
+    }
     slab_batch_start(q, s, b);
   }
-  heap->gathered_classes |= UINT64_C(1) << s->cls;
+  heap->gathered_classes |= UINT64_C(1) << cls;
+}
+
+void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b) {
+  unsigned cls = s->cls; /* hak_heap_empty gathers nothing and skips nothing */
+  if (heap->gathered[cls].slab == NULL && heap->gather_skip[cls]) {
+    heap->gather_skip[cls]--;
+    heap_free_at_once(s, b);
+  } else {
+    heap_gather(heap, s, b);
+  }
 }
 
 /* Publishes every class's gathered frees (all) or those of the classes

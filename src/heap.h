@@ -59,6 +59,7 @@ struct heap_s {
   slab_batch_t gathered[NUM_CLASSES];
   uint64_t gathered_classes;        /* bit cls: gathered[cls] holds blocks */
   uint64_t gathered_ms;             /* when the tick last looked at them */
+  uint8_t gather_skip[NUM_CLASSES]; /* frees of the class still to publish at once (heap.c) */
   heap_t *next_abandoned;
   heap_t *next_all;
   slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */

@@ -247,23 +247,22 @@ bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b) {
   return true;
 }
 
-uint64_t slab_batch_publish(slab_batch_t *q) {
-  slab_t *s = q->slab;
-  uint64_t bits = q->bits;
-  q->slab = NULL;
+/* Frees the n blocks of s whose bits are `bits` in word w of its remote
+ * bits: counted first, then set (a bit already set is a double free,
+ * reported and not counted). */
+hak_inline uint64_t remote_publish(slab_t *s, uint32_t w, uint64_t bits, uint64_t n) {
   _Atomic uint64_t *units = &region_of(s)->remote_units;
   uint64_t mask = remote_unit_mask(s);
   if ((atomic_load_explicit(units, memory_order_relaxed) & mask) != mask)
     atomic_fetch_or_explicit(units, mask, memory_order_relaxed);
-  uint64_t n = q->n;
   uint64_t old = atomic_fetch_add_explicit(&s->remote, n, memory_order_acq_rel);
   /* release: the blocks' last writes reach the owner that takes their bits */
-  uint64_t twice = atomic_fetch_or_explicit(&remote_bits(s)[q->word], bits, memory_order_release) & bits;
+  uint64_t twice = atomic_fetch_or_explicit(&remote_bits(s)[w], bits, memory_order_release) & bits;
   if (unlikely(twice)) {
     for (uint64_t v = twice; v; v &= v - 1) {
       atomic_fetch_sub_explicit(&s->remote, 1, memory_order_relaxed); /* the first free's count holds it up */
       n--;
-      harden_double_free(slab_first(s) + ((size_t)q->word * 64 + (unsigned)__builtin_ctzll(v)) * s->bsize);
+      harden_double_free(slab_first(s) + ((size_t)w * 64 + (unsigned)__builtin_ctzll(v)) * s->bsize);
     }
     if (n == 0) return 0;
   }
@@ -271,10 +270,15 @@ uint64_t slab_batch_publish(slab_batch_t *q) {
   return remote_full(s, old + n) ? old + n : 0;
 }
 
+uint64_t slab_batch_publish(slab_batch_t *q) {
+  slab_t *s = q->slab;
+  q->slab = NULL;
+  return remote_publish(s, q->word, q->bits, q->n);
+}
+
 uint64_t slab_free_remote(slab_t *s, block_t *b) {
-  slab_batch_t q = {0};
-  slab_batch_start(&q, s, b);
-  return slab_batch_publish(&q);
+  uint32_t i = slab_block_index(s, b);
+  return remote_publish(s, i / 64, UINT64_C(1) << (i % 64), 1);
 }
 
 /* Whether every block's bit is set: every free counted has landed. */

@@ -93,9 +93,10 @@ hak_inline uint32_t slab_block_index(const slab_t *s, const block_t *b) {
  * published first. A second free of a block already gathered is reported
  * and ignored. */
 hak_inline bool slab_batch_add(slab_batch_t *q, slab_t *s, block_t *b) {
+  if (q->slab != s) return false;
   uint32_t i = slab_block_index(s, b);
   uint64_t bit = UINT64_C(1) << (i % 64);
-  if (q->slab != s || q->word != i / 64 || (q->bits & bit)) return false;
+  if (q->word != i / 64 || (q->bits & bit)) return false;
   q->bits |= bit;
   q->n++;
   return true;
