@@ -286,6 +286,24 @@ static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, d
     return ok;
 }
 
+#ifdef _GNU_SOURCE
+#include <sched.h>
+/* The set holding only the kth processor (modulo their count) of cpus: a
+ * worker pinned there crosses cores with its neighbour k+1 on any machine. */
+static inline cpu_set_t bench_cpu_nth(const cpu_set_t *cpus, int k)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    int n = CPU_COUNT(cpus), seen = 0;
+    for (int c = 0; c < CPU_SETSIZE && n > 0; c++) {
+        if (!CPU_ISSET(c, cpus) || seen++ != k % n) continue;
+        CPU_SET(c, &one);
+        break;
+    }
+    return one;
+}
+#endif
+
 /* Prints "check=ok|FAIL" at the end of the result line; returns the exit code. */
 static inline int bench_finish(int ok)
 {

@@ -48,15 +48,8 @@ static uint64_t g_blocks, g_seed;
 /* Sets attr to run a thread on the k-th processor (modulo their count) of cpus. */
 static void pin_attr(pthread_attr_t *attr, const cpu_set_t *cpus, int k)
 {
-    int n = CPU_COUNT(cpus), seen = 0;
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-        if (!CPU_ISSET(c, cpus) || seen++ != k % n) continue;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
-        pthread_attr_setaffinity_np(attr, sizeof one, &one);
-        return;
-    }
+    cpu_set_t one = bench_cpu_nth(cpus, k);
+    if (CPU_COUNT(&one)) pthread_attr_setaffinity_np(attr, sizeof one, &one);
 }
 
 static void *producer(void *arg)

@@ -159,6 +159,8 @@ if [ $MODE = full ]; then
     "random_sizes|heap 4 GiB, 1 thr|threads=1 live_mb=4096 ops=50000 $RS|3"
     "sparse_burst|64 x 256 KiB-8 MiB, 1/64 used, 200 bursts|bursts=200 blocks=64 min=262144 max=8388608 part=64 seed=1"
     "prodcons|1 pair, 16-256 B, 10M blocks|blocks=10000000 min=16 max=256 ring=4096 batch=32 seed=1"
+    "shared_slots|1 thr, 16-256 B, 65536 slots|threads=1 ops=4000000 slots=65536 min=16 max=256 seed=1"
+    "shared_slots|2 thr, 16-256 B, 65536 slots|threads=2 ops=2000000 slots=65536 min=16 max=256 seed=1"
     "false_sharing|scratch, 2 thr, 8 B|mode=scratch threads=2 iters=4000 writes=10000 size=8"
     "false_sharing|thrash, 2 thr, 8 B|mode=thrash threads=2 iters=4000 writes=10000 size=8"
     "bignum|1 thr, 2-64 limbs, 256 live|threads=1 live=256 ops=2000000 seed=1"
@@ -181,6 +183,7 @@ elif [ $MODE = scale ]; then # the threaded cases at more threads (cross_thread:
   for t in 4 8 16; do CASES+=("random_mixed|$t thr, 16-1024 B, 2048 slots|threads=$t slots=2048 steps=5000000 min=16 max=1024 seed=1"); done
   for t in 4 8 16; do CASES+=("mid_large_mt|$t thr, 8-32 KiB, 256 slots, 300k cycles|threads=$t cycles=300000 slots=256 seed=1"); done
   for t in 4 8 16; do CASES+=("cross_thread|$((t / 2)) pairs, 16-1024 B|pairs=$((t / 2)) blocks=5000000 min=16 max=1024 ring=1024 seed=1"); done
+  for t in 4 8 16; do CASES+=("shared_slots|$t thr, 16-256 B, 65536 slots|threads=$t ops=$((4000000 / t)) slots=65536 min=16 max=256 seed=1"); done
   FASTPATH=0 SYSCALLS=0
 else # quick: each workload's quick form, as CMake lists it (the CTest forms)
   CASES=()
