@@ -124,13 +124,14 @@ static bool learning(void) { return hak_option_on(OPT_LEARN); }
 #define FAULT_PROBE_BATCHES 4
 #define FAULT_PROBE_PAGES 8
 static char *probe;
+static size_t probe_bytes(void) { return FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * os_page_size(); }
 
 void learn_init(void) {
-  if (learning() && probe == NULL) probe = os_map(FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * os_page_size());
+  if (learning() && probe == NULL) probe = os_map(probe_bytes());
 }
 
 static double fault_us(void) {
-  size_t page = os_page_size(), bytes = FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * page;
+  size_t page = os_page_size();
   if (probe == NULL) return 0;
   double best = 0;
   for (int b = 0; b < FAULT_PROBE_BATCHES; b++) {
@@ -139,7 +140,7 @@ static double fault_us(void) {
     double us = (double)(os_now_ns() - t0) / 1e3 / FAULT_PROBE_PAGES;
     if (b == 0 || us < best) best = us;
   }
-  os_purge(probe, bytes);
+  os_purge(probe, probe_bytes());
   return best;
 }
 

@@ -1,14 +1,14 @@
 /* test_harden.c - what the default build catches (docs/security.md): a
  * double free of every size class, later, from two threads at once, twice
- * by another thread (at once, or after other frees), or after its slab was emptied and reused; a free list
- * link overwritten after free or by an overflow; a free of a pointer inside
- * a block of every size class, by its owner or another thread. Each case
- * runs the bad program in a child, which must end with SIGABRT after one
- * line on stderr and never get the same block twice (it exits 3 if it
- * does). Case report_mode (CTest sets HAKMEM_ON_ERROR=report) checks the
- * other outcome: one line, the list dropped, every block still distinct;
- * each interior free ignored, and no block handed out over the live one it
- * pointed into.
+ * by another thread (at once, or after other frees), or after its slab was
+ * emptied and reused; a free list link overwritten after free or by an
+ * overflow; a free of a pointer inside a block of every size class, by its
+ * owner or another thread. Each case runs the bad program in a child,
+ * which must end with SIGABRT after one line on stderr and never get the
+ * same block twice (it exits 3 if it does). Case report_mode (CTest sets
+ * HAKMEM_ON_ERROR=report) checks the other outcome: one line, the list
+ * dropped, every block still distinct; each interior free ignored, and no
+ * block handed out over the live one it pointed into.
  *
  * usage: test_harden [CASE|all]
  */
