@@ -155,11 +155,12 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
 
 /* ---- fast paths ------------------------------------------------------------- */
 
-/* The profiling library (HAKMEM_PROFILING) counts each allocation against
+/* slow: the path taken where the fast one fails (alloc_slow, or C++ new's).
+ * The profiling library (HAKMEM_PROFILING) counts each allocation against
  * the thread's sampling interval first. */
-hak_inline void *alloc_inline(size_t size) {
+hak_inline void *alloc_fast(size_t size, void *(*slow)(size_t, heap_t *, size_t, bool)) {
   if (HAKMEM_PROFILING && unlikely((hak_tls_view.sample_left -= (int64_t)size) < 0))
-    return alloc_slow(size, heap_get(), 0, false);
+    return slow(size, heap_get(), 0, false);
   slab_t *s;
   size = harden_min_size(size);
   block_t *b;
@@ -172,8 +173,10 @@ hak_inline void *alloc_inline(size_t size) {
     b = s->free;
     if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
   }
-  return alloc_slow(size, heap_get(), 0, false);
+  return slow(size, heap_get(), 0, false);
 }
+
+hak_inline void *alloc_inline(size_t size) { return alloc_fast(size, alloc_slow); }
 
 /* The start of the block of slab s that p points inside, where a sampled
  * Small block of the profiling library lies (the profiler's table tells

@@ -50,7 +50,13 @@
 #include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
+#ifdef __cplusplus /* test_cxx: the same cases, in C++ */
+#include <atomic>
+using std::atomic_exchange;
+using std::atomic_int;
+#else
 #include <stdatomic.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,7 +223,7 @@ static void tu_on_fatal(int sig)
 static void tu_catch_fatal(void)
 {
   static char altstack[64 * 1024];
-  stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
+  stack_t ss = {.ss_sp = altstack, .ss_flags = 0, .ss_size = sizeof altstack};
   sigaltstack(&ss, NULL);
   static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, SIGTRAP};
   struct sigaction sa;
@@ -475,7 +481,7 @@ static inline size_t tu_blk_words(const blk_t *b, size_t *first, size_t *step)
 {
   size_t lo = 4 * KiB / 8, hi = (b->size - 4 * KiB) / 8;
   if (b->size <= TU_BLK_FULL || hi <= lo) return 0;
-  *step = TU_BLK_SAMPLES ? (hi - lo) / TU_BLK_SAMPLES : 4 * KiB / 8;
+  *step = TU_BLK_SAMPLES ? (hi - lo) / (TU_BLK_SAMPLES ? TU_BLK_SAMPLES : 1) : 4 * KiB / 8;
   if (*step == 0) *step = 1;
   *first = lo + (size_t)(tu_pat(b->id, 1) % *step);
   return (hi - *first + *step - 1) / *step;
@@ -492,7 +498,7 @@ static inline void blk_fill_from(const blk_t *b, size_t from)
   size_t tail = b->size - 4 * KiB, first = 0, step = 0;
   if (from < 4 * KiB) tu_fill(b->p, from, 4 * KiB, b->id);
   tu_fill(b->p, tail < from ? from : tail, b->size, b->id);
-  uint64_t *w = b->p;
+  uint64_t *w = (uint64_t *)b->p;
   for (size_t k = 0, n = tu_blk_words(b, &first, &step); k < n; k++)
     if ((first + k * step + 1) * 8 > from) w[first + k * step] = tu_pat(b->id, first + k * step);
 }
@@ -508,7 +514,7 @@ static inline size_t blk_verify(const blk_t *b, size_t limit)
   size_t tail = b->size - 4 * KiB, first = 0, step = 0;
   size_t bad = tu_verify(b->p, 0, limit < 4 * KiB ? limit : 4 * KiB, b->id);
   if (bad == (size_t)-1 && tail < limit) bad = tu_verify(b->p, tail, limit, b->id);
-  const uint64_t *w = b->p;
+  const uint64_t *w = (const uint64_t *)b->p;
   for (size_t k = 0, n = tu_blk_words(b, &first, &step); bad == (size_t)-1 && k < n; k++) {
     size_t i = first + k * step;
     if ((i + 1) * 8 <= limit && w[i] != tu_pat(b->id, i)) bad = i * 8;
