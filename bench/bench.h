@@ -147,7 +147,7 @@ static inline unsigned char tag_byte(uint64_t tag) { return (unsigned char)((tag
 
 static inline void block_fill(void *p, size_t n, uint64_t tag)
 {
-    unsigned char *b = p, c = tag_byte(tag);
+    unsigned char *b = (unsigned char *)p, c = tag_byte(tag);
     if (n <= BENCH_FULL) {
         memset(b, c, n);
     } else {
@@ -173,7 +173,7 @@ static inline int range_is(const unsigned char *b, size_t n, unsigned char c)
 /* Returns 1 when the block still holds what block_fill wrote. */
 static inline int block_check(const void *p, size_t n, uint64_t tag)
 {
-    const unsigned char *b = p;
+    const unsigned char *b = (const unsigned char *)p;
     unsigned char c = tag_byte(tag);
     size_t skip = n >= 8 ? 8 : 0;
     if (skip && memcmp(b, &tag, 8) != 0) return 0;
@@ -248,7 +248,7 @@ static inline long hwm_kib(void) /* peak resident set, VmHWM from /proc/self/sta
  * that part's seconds in `secs`. */
 #include <pthread.h>
 typedef struct {
-    _Alignas(64) int id;
+    int id __attribute__((aligned(64)));
     int failed;
     uint64_t ops;
     double secs;
@@ -260,7 +260,7 @@ typedef struct {
  * the longest of those parts. */
 static inline int run_workers(int threads, void *(*fn)(void *), uint64_t *ops, double *elapsed)
 {
-    worker_t *w = aligned_alloc(64, (size_t)threads * sizeof *w);
+    worker_t *w = (worker_t *)aligned_alloc(64, (size_t)threads * sizeof *w);
     *ops = 0;
     *elapsed = 0;
     if (!w) return 0;

@@ -175,6 +175,10 @@ if [ $MODE = full ]; then
     "real|python3, 400k-key dict|prog=python|3"
     "real|redis, 4 x 150k requests|prog=redis|3"
     "phases|6 phases x 1 s|phase=1.0 seed=1|3")
+  if [[ " $WORKLOADS " == *" cxx_objects "* ]]; then # built where a C++ compiler is installed
+    CASES+=("cxx_objects|1 thr, std::map of 4096 records|threads=1 live=4096 ops=2000000 seed=1"
+            "cxx_objects|2 thr, std::map of 4096 records|threads=2 live=4096 ops=2000000 seed=1")
+  fi
   FP_N1=1000 FP_N2=21000
 elif [ $MODE = scale ]; then # the threaded cases at more threads (cross_thread: threads / 2 pairs; mid_large_mt
   # runs 300k cycles, not 60k: on a 16-core VM, 60k-cycle runs spread widely)
