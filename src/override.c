@@ -92,7 +92,8 @@ static hak_noinline void *new_nothrow_slow(size_t size, heap_t *heap, size_t ali
 }
 
 /* An alignment that is not a power of two is undefined behaviour; the C++
- * runtime's operator answers it. */
+ * runtime's operator answers it. name: the operator's own (__func__), for
+ * the next definition of it. */
 hak_inline void *new_aligned(size_t size, size_t align, const char *name, new_form_t form, const void *nt) {
   void *p = is_pow2(align) ? alloc_aligned(size, align) : NULL;
   if (likely(p != NULL)) return p;
@@ -105,16 +106,16 @@ NEW_API HAK_HOT void *_Znam(size_t n) { return alloc_fast(n, new_slow); }
 NEW_API void *_ZnwmRKSt9nothrow_t(size_t n, const void *nt) { return alloc_fast(n, new_nothrow_slow); }
 NEW_API void *_ZnamRKSt9nothrow_t(size_t n, const void *nt) { return alloc_fast(n, new_nothrow_slow); }
 NEW_API void *_ZnwmSt11align_val_t(size_t n, size_t a) {
-  return new_aligned(n, a, "_ZnwmSt11align_val_t", NEW_ALIGNED, NULL);
+  return new_aligned(n, a, __func__, NEW_ALIGNED, NULL);
 }
 NEW_API void *_ZnamSt11align_val_t(size_t n, size_t a) {
-  return new_aligned(n, a, "_ZnamSt11align_val_t", NEW_ALIGNED, NULL);
+  return new_aligned(n, a, __func__, NEW_ALIGNED, NULL);
 }
 NEW_API void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *nt) {
-  return new_aligned(n, a, "_ZnwmSt11align_val_tRKSt9nothrow_t", NEW_ALIGNED_NOTHROW, nt);
+  return new_aligned(n, a, __func__, NEW_ALIGNED_NOTHROW, nt);
 }
 NEW_API void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const void *nt) {
-  return new_aligned(n, a, "_ZnamSt11align_val_tRKSt9nothrow_t", NEW_ALIGNED_NOTHROW, nt);
+  return new_aligned(n, a, __func__, NEW_ALIGNED_NOTHROW, nt);
 }
 
 /* delete: free, whatever else the form passes (a size, an alignment, a

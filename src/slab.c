@@ -262,7 +262,7 @@ hak_inline uint64_t remote_publish(slab_t *s, uint32_t w, uint64_t bits, uint64_
     for (uint64_t v = twice; v; v &= v - 1) {
       atomic_fetch_sub_explicit(&s->remote, 1, memory_order_relaxed); /* the first free's count holds it up */
       n--;
-      harden_double_free(slab_first(s) + ((size_t)w * 64 + (unsigned)__builtin_ctzll(v)) * s->bsize);
+      harden_double_free(slab_block_by_index(s, (size_t)w * 64 + (unsigned)__builtin_ctzll(v)));
     }
     if (n == 0) return 0;
   }
@@ -306,7 +306,6 @@ bool slab_wipe(slab_t *s, uint64_t word) {
  * blocks. */
 static size_t remote_take(slab_t *s) {
   _Atomic uint64_t *bits = remote_bits(s);
-  char *first = slab_first(s);
   size_t n = 0;
   for (size_t i = remote_words(s); i-- > 0;) {
     if (!atomic_load_explicit(&bits[i], memory_order_relaxed)) continue;
@@ -314,7 +313,7 @@ static size_t remote_take(slab_t *s) {
     for (; v; n++) {
       unsigned j = 63 - (unsigned)__builtin_clzll(v);
       v &= ~(UINT64_C(1) << j);
-      block_t *b = (block_t *)(first + (i * 64 + j) * s->bsize);
+      block_t *b = slab_block_by_index(s, i * 64 + j);
       block_link(s, b, s->free);
       s->free = b;
     }

@@ -86,6 +86,8 @@ typedef struct {
 hak_inline uint32_t slab_block_index(const slab_t *s, const block_t *b) {
   return (uint32_t)(((unsigned __int128)(uint64_t)((const char *)b - slab_first(s)) * s->divc) >> 64);
 }
+/* Block i of s: the inverse of slab_block_index. */
+hak_inline block_t *slab_block_by_index(const slab_t *s, size_t i) { return (block_t *)(slab_first(s) + i * s->bsize); }
 
 /* Adds b, a block of s, to q: slab_batch_add only where q gathers b's word
  * and b is not in it yet (false, nothing done, otherwise), slab_batch_start

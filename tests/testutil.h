@@ -481,7 +481,8 @@ static inline size_t tu_blk_words(const blk_t *b, size_t *first, size_t *step)
 {
   size_t lo = 4 * KiB / 8, hi = (b->size - 4 * KiB) / 8;
   if (b->size <= TU_BLK_FULL || hi <= lo) return 0;
-  *step = TU_BLK_SAMPLES ? (hi - lo) / (TU_BLK_SAMPLES ? TU_BLK_SAMPLES : 1) : 4 * KiB / 8;
+  size_t samples = TU_BLK_SAMPLES; /* a variable: C++ warns of a constant 0 divisor on the branch not taken */
+  *step = samples ? (hi - lo) / samples : 4 * KiB / 8;
   if (*step == 0) *step = 1;
   *first = lo + (size_t)(tu_pat(b->id, 1) % *step);
   return (hi - *first + *step - 1) / *step;
