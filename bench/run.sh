@@ -99,16 +99,20 @@ runs_on() { # allocator index, workload: does that configuration run it?
   case ${SCOPES[$1]} in all) return 0 ;; -*) [[ " ${SCOPES[$1]} " != *" -$2 "* ]] ;; *) [ "$2" = "${SCOPES[$1]}" ] ;; esac
 }
 add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
-# The hardened build's price is measured on the small-block workloads; the
-# real programs, random_sizes (its time is in hakmem's large-block paths, the
-# same in both builds) and the syscall pass leave it out.
-add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)" "" \
-  "-phases -real -random_sizes"
-# The heap profiler's price at its default rate: the profiling library (what
-# `hakmem run --profile` preloads) with HAKMEM_PROFILE set, on the same rows
-# and random_sizes.
-add_alloc hakmem-profile "$PROFILE_LIB" "$BUILD/libhakmem-profile.so not built" "HAKMEM_PROFILE=$TMP/profile.%p.heap" \
-  "-phases -real"
+# The scale mode compares hakmem with its peers only: the hardened and the
+# profiling builds' prices are measured in the other modes.
+if [ $MODE != scale ]; then
+  # The hardened build's price is measured on the small-block workloads; the
+  # real programs, random_sizes (its time is in hakmem's large-block paths, the
+  # same in both builds) and the syscall pass leave it out.
+  add_alloc hakmem-secure "$SECURE_LIB" "$BUILD/libhakmem-secure.so not built (-DHAKMEM_SECURE=ON)" "" \
+    "-phases -real -random_sizes"
+  # The heap profiler's price at its default rate: the profiling library (what
+  # `hakmem run --profile` preloads) with HAKMEM_PROFILE set, on the same rows
+  # and random_sizes.
+  add_alloc hakmem-profile "$PROFILE_LIB" "$BUILD/libhakmem-profile.so not built" "HAKMEM_PROFILE=$TMP/profile.%p.heap" \
+    "-phases -real"
+fi
 # hakmem's learned Large/Huge strategy, for the phases workload only: learning
 # with all weight on memory (w0) or on time (w100), and each strategy pinned
 # (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50;
@@ -188,6 +192,11 @@ elif [ $MODE = scale ]; then # the threaded cases at more threads (cross_thread:
   for t in 4 8 16; do CASES+=("mid_large_mt|$t thr, 8-32 KiB, 256 slots, 300k cycles|threads=$t cycles=300000 slots=256 seed=1"); done
   for t in 4 8 16; do CASES+=("cross_thread|$((t / 2)) pairs, 16-1024 B|pairs=$((t / 2)) blocks=5000000 min=16 max=1024 ring=1024 seed=1"); done
   for t in 4 8 16; do CASES+=("shared_slots|$t thr, 16-256 B, 65536 slots|threads=$t ops=$((4000000 / t)) slots=65536 min=16 max=256 seed=1"); done
+  for t in 4 8 16; do CASES+=("bignum|$t thr, 2-64 limbs, 256 live|threads=$t live=256 ops=2000000 seed=1"); done
+  for t in 4 8 16; do CASES+=("thread_churn|100 rounds x $t thr|rounds=100 threads=$t blocks=2000 handed=200 min=16 max=1024 seed=1"); done
+  if [[ " $WORKLOADS " == *" cxx_objects "* ]]; then
+    for t in 4 8 16; do CASES+=("cxx_objects|$t thr, std::map of 4096 records|threads=$t live=4096 ops=1000000 seed=1"); done
+  fi
   FASTPATH=0 SYSCALLS=0
 else # quick: each workload's quick form, as CMake lists it (the CTest forms)
   CASES=()
