@@ -188,12 +188,170 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   return true;
 }
 
+/* ---- remote frees --------------------------------------------------------- */
+
+/* A remote free emptied full slab s. An owner that collects its inbox takes
+ * it back soon, warm. One that has not ticked for the purge delay, or has
+ * not collected since it set s aside while UNCLAIMED_MAX bytes of such slabs
+ * piled up (it sleeps, or is gone: a busy one collects when its current slab
+ * runs out), would keep it resident: its pages go back now, the lock held so
+ * that the owner cannot reuse it meanwhile. */
+#define IDLE_MIN_MS 100
+#define UNCLAIMED_MAX ((uint64_t)1 << 20)
+static void heap_remote_full(slab_t *s, uint64_t word) {
+  heap_t *h = slab_heap(s);
+  long delay = purge_delay();
+  if (delay < 0) return;
+  uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
+  uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
+  if (now - active < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
+      (gen != s->full_gen ||
+       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)s->units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
+    return;
+  heap_lock(h);
+  if (slab_wipe(s, word)) {
+    stat_add(bytes_purged, os_purge(slab_start(s), (size_t)s->units * UNIT_SIZE));
+    stat_inc(slabs_wiped);
+  }
+  heap_unlock(h);
+}
+
+static void heap_publish(heap_t *heap, unsigned cls) {
+  slab_t *s = heap->gathered[cls].slab;
+  heap->gathered_classes &= ~(UINT64_C(1) << cls);
+  uint64_t word = slab_batch_publish(&heap->gathered[cls]);
+  if (unlikely(word != 0)) heap_remote_full(s, word);
+}
+
+static hak_noinline void heap_free_at_once(slab_t *s, block_t *b) {
+  uint64_t word = slab_free_remote(s, b);
+  if (unlikely(word != 0)) heap_remote_full(s, word);
+}
+
+/* A class whose gathered word held one block when its next free went to
+ * another (its remote frees do not run together) publishes its next
+ * GATHER_SKIP frees at once, then tries again: gathering costs such frees
+ * a second visit each. */
+#define GATHER_SKIP 32
+static hak_noinline void heap_gather(heap_t *heap, slab_t *s, block_t *b) {
+  unsigned cls = s->cls;
+  slab_batch_t *q = &heap->gathered[cls];
+  if (!slab_batch_start(q, s, b)) {
+    bool lone = q->n == 1;
+    heap_publish(heap, cls);
+    if (lone) {
+      heap->gather_skip[cls] = GATHER_SKIP;
+      heap_free_at_once(s, b);
+      return;
+    }
+    slab_batch_start(q, s, b);
+  }
+  heap->gathered_classes |= UINT64_C(1) << cls;
+}
+
+/* Foreign lists (heap.h): a slab_t per class that the fast path takes from
+ * as from a slab; free, its blocks; capacity - used, how many (capacity
+ * counts the blocks kept, used those taken); bsize, its class's. */
+static bool heap_foreign_start(heap_t *heap) {
+  if (HAKMEM_SECURE || heap->proxy != NULL || hak_stats_enabled) return false;
+  slab_t *fc = os_map(os_page_round(sizeof(slab_t) * NUM_CLASSES));
+  if (fc == NULL) return false;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    fc[cls].free = slab_end(&fc[cls]);
+    fc[cls].bsize = (uint32_t)hak_class_size[cls];
+    fc[cls].cls = (uint8_t)cls;
+  }
+  heap->foreign = fc;
+  return true;
+}
+
+void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b) {
+  if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
+    heap_free_at_once(s, b); /* out of memory: nowhere to keep it */
+    return;
+  }
+  if (heap->foreign == NULL && heap_foreign_start(heap)) {
+    heap_free_remote(heap, s, b);
+    return;
+  }
+  unsigned cls = s->cls;
+  if (heap->foreign_skip[cls]) heap->foreign_skip[cls]--;
+  if (heap->gathered[cls].slab == NULL && heap->gather_skip[cls]) {
+    heap->gather_skip[cls]--;
+    heap_free_at_once(s, b);
+  } else {
+    heap_gather(heap, s, b);
+  }
+}
+
+/* Publishes every class's gathered frees (all) or those of the classes
+ * with no new free since the last call, a millisecond or more ago. */
+static void heap_publish_gathered(heap_t *heap, bool all, uint64_t now) {
+  if (!all && now == heap->gathered_ms) return;
+  heap->gathered_ms = now;
+  for (uint64_t m = heap->gathered_classes; m; m &= m - 1) {
+    unsigned cls = (unsigned)__builtin_ctzll(m);
+    slab_batch_t *q = &heap->gathered[cls];
+    if (all || q->n == q->seen) heap_publish(heap, cls);
+    else q->seen = q->n;
+  }
+}
+
+/* Sends a foreign list's blocks home. Walks count the blocks, so that a
+ * block freed twice (on the list twice) is sent twice, and reported there. */
+static void foreign_send(heap_t *heap, slab_t *fc) {
+  uint32_t n = fc->capacity - fc->used;
+  block_t *b = slab_list(fc);
+  slab_set_list(fc, NULL);
+  fc->capacity = fc->used = 0;
+  for (uint32_t i = 0; i < n && b; i++) {
+    block_t *next = block_next(fc, b); /* before b goes home, where its owner may take it */
+    slab_t *s = slab_of(b);
+    if (!slab_batch_add(&heap->gathered[s->cls], s, b)) heap_gather(heap, s, b);
+    b = next;
+  }
+}
+
+#define FOREIGN_SHOW 8
+#define FOREIGN_SKIP 4096
+#define FOREIGN_SHOW_BYTES 4096
+void heap_foreign_full(heap_t *heap, unsigned cls) {
+  slab_t *fc = &heap->foreign[cls];
+  uint32_t n = fc->capacity - fc->used;
+  if (n * fc->bsize > FOREIGN_KEEP_BYTES) {
+    /* none taken since the list last emptied: this thread frees the class
+     * and does not allocate it (a consumer), so its frees go home at once */
+    if (fc->used == 0) heap->foreign_skip[cls] = FOREIGN_SKIP;
+    foreign_send(heap, fc);
+    return;
+  }
+  /* shown to the fast path once a few are kept, not at each: a list that
+   * the next malloc empties would cost two view changes a block */
+  if (heap->active[cls] != fc && (n >= FOREIGN_SHOW || n * fc->bsize >= FOREIGN_SHOW_BYTES))
+    heap_set_active(heap, cls, fc);
+}
+
+/* Every foreign block goes home (thread exit, trim, sampling). */
+static void heap_foreign_flush(heap_t *heap) {
+  if (heap->foreign == NULL) return;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
+    if (heap->foreign[cls].capacity != heap->foreign[cls].used) foreign_send(heap, &heap->foreign[cls]);
+}
+
+
 /* ---- sampling views ------------------------------------------------------ */
 
 /* A proxy's fields: free, the chain the fast path takes from (its used
  * counts what it took); head, the slab the chain came from; capacity, the
  * chain's length; bump, its last block; key and bsize, the slab's. */
 bool heap_sampling_start(heap_t *heap, int64_t first) {
+  if (heap->foreign != NULL) { /* the fast path's views become the sampler's */
+    heap_foreign_flush(heap);
+    for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
+      if (heap->active[cls] == &heap->foreign[cls]) heap_set_active(heap, cls, &heap->empty);
+    os_unmap(heap->foreign, os_page_round(sizeof(slab_t) * NUM_CLASSES));
+    heap->foreign = NULL;
+  }
   if (heap->proxy == NULL) {
     slab_t *px = os_map(os_page_round(sizeof(slab_t) * NUM_CLASSES));
     if (px == NULL) return false;
@@ -343,6 +501,17 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
 /* The fast path is pointed at the slab found (with statistics on, at none:
  * every allocation is counted here), and only when that changes. */
 void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
+  slab_t *fc = heap->foreign ? &heap->foreign[cls] : NULL;
+  if (fc && fc->capacity != fc->used) { /* foreign blocks first, as on the fast path */
+    block_t *b = fc->free;
+    if (likely(slab_take(fc, b))) {
+      if (heap->active[cls] != fc) heap_set_active(heap, cls, fc);
+      return slab_pop_taken(fc, b);
+    }
+    harden_list_broken(b); /* returns only to drop the list, as a slab's below */
+    slab_set_list(fc, NULL);
+  }
+  if (fc) fc->capacity = fc->used = 0;
   slab_t *s = heap_find_slab(heap, cls);
   if (s == NULL) {
     if (heap->active[cls] != &heap->empty) heap_set_active(heap, cls, &heap->empty);
@@ -373,92 +542,6 @@ static size_t heap_purge_sparse(heap_t *heap) {
     for (slab_t *s = heap->queue[cls].head; s; s = s->next)
       if (!s->idle) purged += slab_purge_sparse(s);
   return purged;
-}
-
-/* A remote free emptied full slab s. An owner that collects its inbox takes
- * it back soon, warm. One that has not ticked for the purge delay, or has
- * not collected since it set s aside while UNCLAIMED_MAX bytes of such slabs
- * piled up (it sleeps, or is gone: a busy one collects when its current slab
- * runs out), would keep it resident: its pages go back now, the lock held so
- * that the owner cannot reuse it meanwhile. */
-#define IDLE_MIN_MS 100
-#define UNCLAIMED_MAX ((uint64_t)1 << 20)
-static void heap_remote_full(slab_t *s, uint64_t word) {
-  heap_t *h = slab_heap(s);
-  long delay = purge_delay();
-  if (delay < 0) return;
-  uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
-  uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
-  if (now - active < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
-      (gen != s->full_gen ||
-       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)s->units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
-    return;
-  heap_lock(h);
-  if (slab_wipe(s, word)) {
-    stat_add(bytes_purged, os_purge(slab_start(s), (size_t)s->units * UNIT_SIZE));
-    stat_inc(slabs_wiped);
-  }
-  heap_unlock(h);
-}
-
-static void heap_publish(heap_t *heap, unsigned cls) {
-  slab_t *s = heap->gathered[cls].slab;
-  heap->gathered_classes &= ~(UINT64_C(1) << cls);
-  uint64_t word = slab_batch_publish(&heap->gathered[cls]);
-  if (unlikely(word != 0)) heap_remote_full(s, word);
-}
-
-static hak_noinline void heap_free_at_once(slab_t *s, block_t *b) {
-  uint64_t word = slab_free_remote(s, b);
-  if (unlikely(word != 0)) heap_remote_full(s, word);
-}
-
-/* A class whose gathered word held one block when its next free went to
- * another (its remote frees do not run together) publishes its next
- * GATHER_SKIP frees at once, then tries again: gathering costs such frees
- * a second visit each. */
-#define GATHER_SKIP 32
-static hak_noinline void heap_gather(heap_t *heap, slab_t *s, block_t *b) {
-  if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
-    heap_free_at_once(s, b); /* out of memory: nowhere to gather */
-    return;
-  }
-  unsigned cls = s->cls;
-  slab_batch_t *q = &heap->gathered[cls];
-  if (!slab_batch_start(q, s, b)) {
-    bool lone = q->n == 1;
-    heap_publish(heap, cls);
-    if (lone) {
-      heap->gather_skip[cls] = GATHER_SKIP;
-      heap_free_at_once(s, b);
-      return;
-    }
-    slab_batch_start(q, s, b);
-  }
-  heap->gathered_classes |= UINT64_C(1) << cls;
-}
-
-void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b) {
-  unsigned cls = s->cls; /* hak_heap_empty gathers nothing and skips nothing */
-  if (heap->gathered[cls].slab == NULL && heap->gather_skip[cls]) {
-    heap->gather_skip[cls]--;
-    heap_free_at_once(s, b);
-  } else {
-    heap_gather(heap, s, b);
-  }
-}
-
-/* Publishes every class's gathered frees (all) or those of the classes
- * with no new free since the last call, a millisecond or more ago. */
-static void heap_publish_gathered(heap_t *heap, bool all, uint64_t now) {
-  if (!all && now == heap->gathered_ms) return;
-  heap->gathered_ms = now;
-  for (uint64_t m = heap->gathered_classes; m; m &= m - 1) {
-    unsigned cls = (unsigned)__builtin_ctzll(m);
-    slab_batch_t *q = &heap->gathered[cls];
-    if (all || q->n == q->seen) heap_publish(heap, cls);
-    else q->seen = q->n;
-  }
 }
 
 /* Once per purge delay (at least TICK_MIN_MS), the owner hands back its
@@ -579,6 +662,7 @@ static void heap_release_empty(heap_t *heap) {
 }
 
 size_t heap_trim(heap_t *heap) {
+  heap_foreign_flush(heap);
   heap_publish_gathered(heap, true, 0);
   heap_release_empty(heap);
   size_t n = heap_purge_sparse(heap);
@@ -628,6 +712,7 @@ void heap_fork_child(void) {
 #define ABANDON_KEEP_BYTES ((size_t)1 << 20)
 static void heap_abandon(heap_t *heap) {
   if (heap == &hak_heap_empty) return;
+  heap_foreign_flush(heap);
   heap_publish_gathered(heap, true, 0);
   atomic_fetch_sub_explicit(&heaps_running, 1, memory_order_relaxed);
   heap_release_empty(heap);

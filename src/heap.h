@@ -63,6 +63,12 @@ struct heap_s {
   heap_t *next_abandoned;
   heap_t *next_all;
   slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */
+  /* blocks of other heaps' slabs that this thread freed, kept for its own
+   * mallocs: a list per class that the fast path takes from first (heap.c);
+   * NULL until the first such free, and while sampling or counting */
+  slab_t *foreign;
+  uint32_t foreign_frees; /* frees onto them: one in FOREIGN_HOME_EVERY goes home instead */
+  uint16_t foreign_skip[NUM_CLASSES]; /* remote frees of the class that start a batch still to send home at once (heap.c) */
   /* the view of a class with no block at hand: its own, so that the fast
    * path's test (which writes the word it reads) stays in this heap */
   slab_t empty;
@@ -120,15 +126,34 @@ void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
 /* Slab s's last block came back (its used count fell to 0). */
 void heap_slab_empty(heap_t *heap, slab_t *s);
 /* The calling thread, whose heap is heap, frees b, a block of slab s that
- * another heap owns. Its frees of a class into one word of a slab's remote
- * bits are gathered and published together: when the class's next goes to
- * another word, on the heap's tick after one with no new free of the
- * class, at thread exit and on trim. */
+ * another heap owns. It keeps the block on its class's foreign list, which
+ * its mallocs of the class take from first: the block is in this thread's
+ * cache now, and would reach its owner's only through a miss. One such free
+ * in FOREIGN_HOME_EVERY goes home instead, so that blocks a thread took from
+ * its list and frees itself do not stay foreign, each free a slow one, for
+ * good. A list past FOREIGN_KEEP_BYTES goes home whole, as every list does
+ * at thread exit and on trim. Going home, frees of a class into one word of
+ * a slab's remote bits are gathered and published together: when the
+ * class's next goes to another word, on the heap's tick after one with no
+ * new free of the class, at thread exit and on trim. */
+#define FOREIGN_KEEP_BYTES 32768
+#define FOREIGN_HOME_EVERY 8
 void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b);
+void heap_foreign_full(heap_t *heap, unsigned cls);
 hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
+  unsigned cls = s->cls;
+  if (likely(heap->foreign != NULL && heap->foreign_skip[cls] == 0 && ++heap->foreign_frees % FOREIGN_HOME_EVERY)) {
+    slab_t *fc = &heap->foreign[cls]; /* capacity - used blocks (heap.c) */
+    block_link(fc, b, fc->free);
+    fc->free = b;
+    fc->capacity++;
+    if (unlikely((fc->capacity - fc->used) * fc->bsize > FOREIGN_KEEP_BYTES || heap->active[cls] != fc))
+      heap_foreign_full(heap, cls);
+    return;
+  }
   /* a class gathering (its bit in gathered_classes set) gathers in slab_batch_add;
    * hak_heap_empty never gathers */
-  if (likely(slab_batch_add(&heap->gathered[s->cls], s, b))) return;
+  if (likely(slab_batch_add(&heap->gathered[cls], s, b))) return;
   heap_free_remote_slow(heap, s, b);
 }
 /* The owner's periodic work on its slow paths: remote frees, sparse slabs,

@@ -20,6 +20,9 @@
  *     their pages resident); another thread then frees half of them, the
  *     owner takes them back and allocates as many again: every block keeps
  *     its pattern (rows written by the remote frees are cleared for reuse).
+ * (f) foreign: a thread frees 64 of another's blocks, then allocates 64 of
+ *     their size: most are those blocks (its foreign list hands them out
+ *     first, heap.h), each whole; the owner's remaining blocks keep theirs.
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
@@ -355,6 +358,44 @@ static void test_remote_rows(void)
 }
 #endif
 
+/* ---------------- (f) foreign blocks ---------------- */
+
+enum { FOREIGN_N = 64, FOREIGN_SIZE = 48 };
+static blk_t foreign_owned[2 * FOREIGN_N];
+
+static void *foreign_taker(void *arg)
+{
+  (void)arg;
+  void *freed[FOREIGN_N];
+  for (int i = 0; i < FOREIGN_N; i++) {
+    freed[i] = foreign_owned[i].p;
+    blk_free(&foreign_owned[i], "another thread's block, freed here");
+  }
+  blk_t mine[FOREIGN_N];
+  intptr_t reused = 0;
+  for (int i = 0; i < FOREIGN_N; i++) {
+    blk_alloc(&mine[i], FOREIGN_SIZE, 9000000 + (uint64_t)i);
+    for (int j = 0; j < FOREIGN_N; j++) reused += mine[i].p == freed[j];
+  }
+  for (int i = 0; i < FOREIGN_N; i++) blk_free(&mine[i], "foreign block taken, freed by its taker");
+  return (void *)reused;
+}
+
+static void test_foreign(void)
+{
+  for (int i = 0; i < 2 * FOREIGN_N; i++) blk_alloc(&foreign_owned[i], FOREIGN_SIZE, 8000000 + (uint64_t)i);
+  pthread_t t;
+  void *reused = NULL;
+  CHECK(pthread_create(&t, NULL, foreign_taker, NULL) == 0);
+  CHECK(pthread_join(t, &reused) == 0);
+  /* statistics and sampling count every allocation on the slow path: no list then */
+  int lists = getenv("HAKMEM_STATS") == NULL && getenv("HAKMEM_PROFILE") == NULL;
+  CHECKF(!lists || (intptr_t)reused >= FOREIGN_N / 2, "%d of %d blocks freed by the thread came back to it",
+         (int)(intptr_t)reused, FOREIGN_N);
+  for (int i = FOREIGN_N; i < 2 * FOREIGN_N; i++) blk_free(&foreign_owned[i], "owner's own, after");
+  printf("  foreign: %d of %d blocks another thread freed came back to it\n", (int)(intptr_t)reused, FOREIGN_N);
+}
+
 static const tu_case_t cases[] = {
 #ifdef USE_HAK_API
   {"cpu_count", test_cpu_count, 0},
@@ -364,6 +405,7 @@ static const tu_case_t cases[] = {
   {"thread_done", test_thread_done, 0},
   {"churn", test_churn, 0},
   {"fork", test_fork, 0},
+  {"foreign", test_foreign, 0},
 };
 
 int main(int argc, char **argv)
