@@ -186,7 +186,22 @@ static inline char *sampled_block(const slab_t *s, const void *p) {
   return (char *)p - (uint32_t)(uintptr_t)p % s->bsize; /* blocks start at multiples of bsize (slab_block_at) */
 }
 
-static hak_noinline void free_slow(void *p, heap_t *heap) {
+/* Frees b, a block of slab s, that free's fast path did not: another
+ * heap's, or its own slab's with flags set. */
+hak_inline void free_block(heap_t *heap, slab_t *s, block_t *b) {
+  bool local = slab_heap(s) == heap;
+  harden_on_free(s, b);
+  stat_free(s->cls, s->bsize, local);
+  if (local) {
+    heap_free_local_slow(heap, s, b);
+  } else {
+    heap_free_remote(heap, s, b);
+  }
+}
+
+/* Every other free: NULL, Large and Huge blocks, a sampled block's inner
+ * pointer, pointers inside a block or not hakmem's. */
+static hak_noinline void free_rare(void *p, heap_t *heap) {
   if (p == NULL) return;
   uint8_t kind = map_kind(p);
   slab_t *s = kind == MAP_REGION ? slab_of(p) : NULL;
@@ -198,14 +213,7 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
     char *b = sampled_block(s, p);
     if (b && prof_forget(p)) p = b;
     if ((ok = slab_is_block(s, p))) {
-      bool local = slab_heap(s) == heap;
-      harden_on_free(s, p);
-      stat_free(s->cls, s->bsize, local);
-      if (local) {
-        heap_free_local_slow(heap, s, p);
-      } else {
-        heap_free_remote(heap, s, p);
-      }
+      free_block(heap, s, p);
     } else if (slab_is_inside_block(s, p)) {
       stat_inc(bad_frees);
       harden_inside_block(p); /* returns only to ignore the free */
@@ -220,6 +228,22 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
   }
   if (!ok) hak_report_bad_pointer("free", p);
   maybe_tick(heap);
+}
+
+/* free's slow path: first the case that makes most of its calls, a block
+ * of another heap's slab (or of its own with flags set). */
+static hak_noinline void free_slow(void *p, heap_t *heap) {
+  size_t i = map_index(p);
+  if (likely(map_fast_is_region(i))) {
+    slab_t *s = slab_of_entry(i, p);
+    /* the profiling library's sampled blocks are freed by inner pointers */
+    if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
+      free_block(heap, s, p);
+      maybe_tick(heap);
+      return;
+    }
+  }
+  free_rare(p, heap);
 }
 
 hak_inline void free_inline(void *p) {
