@@ -251,7 +251,8 @@ static hak_noinline void heap_gather(heap_t *heap, slab_t *s, block_t *b) {
 
 /* Foreign lists (heap.h): a slab_t per class that the fast path takes from
  * as from a slab; free, its blocks; capacity - used, how many (capacity
- * counts the blocks kept, used those taken); bsize, its class's. */
+ * counts the blocks kept, used those taken); bsize, its class's; full_gen,
+ * the tick's mark (heap_foreign_tick). */
 static bool heap_foreign_start(heap_t *heap) {
   if (HAKMEM_SECURE || heap->proxy != NULL || hak_stats_enabled) return false;
   slab_t *fc = os_map(os_page_round(sizeof(slab_t) * NUM_CLASSES));
@@ -329,6 +330,21 @@ void heap_foreign_full(heap_t *heap, unsigned cls) {
    * the next malloc empties would cost two view changes a block */
   if (heap->active[cls] != fc && (n >= FOREIGN_SHOW || n * fc->bsize >= FOREIGN_SHOW_BYTES))
     heap_set_active(heap, cls, fc);
+}
+
+/* Once per purge delay: a foreign list that neither grew nor shrank since
+ * the last look goes home, since a class the thread stopped using would
+ * hold its owners' slabs up. A list's full_gen keeps capacity + used as
+ * it was then (any push or pop moves it). */
+static void heap_foreign_tick(heap_t *heap) {
+  if (heap->foreign == NULL) return;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    slab_t *fc = &heap->foreign[cls];
+    if (fc->capacity == fc->used) continue;
+    uint32_t mark = fc->capacity + fc->used;
+    if (mark == fc->full_gen) foreign_send(heap, fc);
+    else fc->full_gen = mark;
+  }
 }
 
 /* Every foreign block goes home (thread exit, trim, sampling). */
@@ -562,6 +578,7 @@ void heap_tick(heap_t *heap, uint64_t now) {
     if (s != &hak_slab_empty && s->used == 1 && s->bump - slab_start(s) > (ptrdiff_t)UNIT_SIZE)
       heap_drop_cur(heap, cls);
   }
+  heap_foreign_tick(heap);
   heap_purge_sparse(heap);
 }
 
