@@ -299,15 +299,21 @@ static void heap_publish_gathered(heap_t *heap, bool all, uint64_t now) {
 }
 
 /* Sends a foreign list's blocks home. Walks count the blocks, so that a
- * block freed twice (on the list twice) is sent twice, and reported there. */
+ * block freed twice (on the list twice) is sent twice, and reported there.
+ * A link that does not lead to a free block (written after its free) ends
+ * the walk: reported, the rest of the list dropped, as a slab's. */
 static void foreign_send(heap_t *heap, slab_t *fc) {
   uint32_t n = fc->capacity - fc->used;
   block_t *b = slab_list(fc);
   slab_set_list(fc, NULL);
   fc->capacity = fc->used = 0;
   for (uint32_t i = 0; i < n && b; i++) {
+    slab_t *s = map_kind(b) == MAP_REGION ? slab_of(b) : NULL;
+    if (s == NULL || !slab_is_block(s, b) || !((uintptr_t)b->next & BLOCK_FREE_BIT)) {
+      harden_list_broken(b);
+      return;
+    }
     block_t *next = block_next(fc, b); /* before b goes home, where its owner may take it */
-    slab_t *s = slab_of(b);
     if (!slab_batch_add(&heap->gathered[s->cls], s, b)) heap_gather(heap, s, b);
     b = next;
   }

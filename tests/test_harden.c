@@ -1,9 +1,10 @@
 /* test_harden.c - what the default build catches (docs/security.md): a
  * double free of every size class, later, from two threads at once, twice
  * by another thread (at once, or after other frees), or after its slab was
- * emptied and reused; a free list link overwritten after free or by an
- * overflow; a free of a pointer inside a block of every size class, by its
- * owner or another thread. Each case runs the bad program in a child,
+ * emptied and reused; a free list link overwritten after free (also on
+ * the list of a thread that freed another's blocks) or by an overflow; a
+ * free of a pointer inside a block of every size class, by its owner or
+ * another thread. Each case runs the bad program in a child,
  * which must end with SIGABRT after one line on stderr and never get the
  * same block twice (it exits 3 if it does). Case report_mode (CTest sets
  * HAKMEM_ON_ERROR=report) checks the other outcome: one line, the list
@@ -87,6 +88,30 @@ static void overwritten_link(void *arg)
   free(p);
   memcpy(p, &(void *){not_heap}, sizeof(void *));
   for (int i = 0; i < 4; i++)
+    if ((char *)tu_launder(malloc(100)) == not_heap) _exit(3);
+}
+
+/* Another thread frees 6 of this thread's blocks, which it keeps on its
+ * foreign list (heap.h; fewer than one in 8 goes home at once), and
+ * overwrites their links; at its exit the list goes home and finds the
+ * first link broken. */
+enum { FOREIGN_N = 6 };
+static void *free_then_overwrite(void *arg)
+{
+  char **blocks = arg;
+  for (int i = 0; i < FOREIGN_N; i++) free(blocks[i]);
+  for (int i = 0; i < FOREIGN_N; i++) memcpy(blocks[i], &(void *){not_heap}, sizeof(void *));
+  return NULL;
+}
+
+static void overwritten_foreign_link(void *arg)
+{
+  char *blocks[FOREIGN_N];
+  for (int i = 0; i < FOREIGN_N; i++) blocks[i] = tu_launder(malloc(100));
+  pthread_t t;
+  pthread_create(&t, NULL, free_then_overwrite, blocks);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 2 * FOREIGN_N; i++)
     if ((char *)tu_launder(malloc(100)) == not_heap) _exit(3);
 }
 
@@ -236,6 +261,10 @@ static void test_double_free_every_class(void)
 static void test_double_free_later(void) { expect_abort(double_free_later, NULL, "free(a) free(b) free(a)"); }
 static void test_double_free_threads(void) { expect_abort(double_free_threads, NULL, "two threads free one block"); }
 static void test_overwritten_link(void) { expect_abort(overwritten_link, NULL, "link overwritten after free"); }
+static void test_overwritten_foreign_link(void)
+{
+  expect_abort(overwritten_foreign_link, NULL, "link overwritten after another thread's free");
+}
 static void test_overflow_into_free(void) { expect_abort(overflow_into_free, NULL, "overflow into a free block"); }
 
 /* The sizes of the program (48, 64, 5,000, 20,000 B) and every class. */
@@ -311,7 +340,8 @@ static void test_report_mode(void)
 {
   const char *mode = getenv("HAKMEM_ON_ERROR");
   CHECKF(mode && strcmp(mode, "report") == 0, "run with HAKMEM_ON_ERROR=report (CTest's harden_report)");
-  void (*progs[])(void *) = {double_free_now, double_free_later, double_free_threads, overwritten_link};
+  void (*progs[])(void *) = {double_free_now, double_free_later, double_free_threads, overwritten_link,
+                             overwritten_foreign_link};
   size_t size = 64;
   for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
     char out[4096], why[64];
@@ -347,6 +377,7 @@ static const tu_case_t cases[] = {
   {"double_free_threads", test_double_free_threads, 0},
   {"double_free_after_reuse", test_double_free_after_reuse, 0},
   {"overwritten_link", test_overwritten_link, 0},
+  {"overwritten_foreign_link", test_overwritten_foreign_link, 0},
   {"overflow_into_free", test_overflow_into_free, 0},
   {"interior_free_every_class", test_interior_free_every_class, 0},
   {"double_free_remote", test_double_free_remote, 0},
