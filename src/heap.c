@@ -620,10 +620,11 @@ size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pend
 /* ---- heap life cycle ----------------------------------------------------------------- */
 
 static heap_t *heap_new(void) {
-  size_t need = (sizeof(heap_t) + 63) & ~(size_t)63;
+  const size_t align = _Alignof(heap_t); /* its slab_t's, a power of two */
+  size_t need = (sizeof(heap_t) + align - 1) & ~(align - 1);
   hak_lock(&heaps_lock);
   if (meta_next == NULL || meta_next + need > meta_end) {
-    size_t chunk = MAX((size_t)64 * 1024, os_page_round(need + 64));
+    size_t chunk = MAX((size_t)64 * 1024, os_page_round(need + align));
     char *m = os_map(chunk);
     if (m == NULL) {
       hak_unlock(&heaps_lock);
@@ -632,7 +633,7 @@ static heap_t *heap_new(void) {
     meta_chunk_t *c = (meta_chunk_t *)m;
     *c = (meta_chunk_t){meta_chunks, chunk};
     meta_chunks = c;
-    meta_next = m + 64;
+    meta_next = m + align; /* after the chunk's link and size */
     meta_end = m + chunk;
   }
   heap_t *h = (heap_t *)meta_next;

@@ -45,38 +45,41 @@ struct heap_s;
 /* One descriptor per unit of a region. A slab spans one or more units; only
  * the head descriptor is used, and every descriptor points to its head (a
  * free unit's to itself), so that free finds the slab with one load. Three
- * cache lines by who writes them: read-mostly fields every freeing thread
- * reads, the owner's lists, and the word other threads count remote frees in. */
+ * cache lines, padded to four: what malloc, free and other threads' frees
+ * touch (one line a call: the owner's list beside what tells a block and
+ * its owner), what only the owner's slow paths touch, and the word other
+ * threads count remote frees in. */
 #define SLAB_MAX_PAGES 128 /* 4 KiB pages in a slab of 8 units */
 
 typedef struct slab_s {
-  /* read-mostly */
-  _Atomic uintptr_t owner;       /* heap address | SLAB_F_*; 0: no owner */
-  struct slab_s *head;           /* the slab's head descriptor */
+  /* every call's */
+  _Alignas(256) _Atomic uintptr_t owner; /* heap address | SLAB_F_*; 0: no owner */
+  block_t *free;                 /* the owner allocates from and frees onto here */
+  uint32_t used;                 /* blocks handed out and not freed locally */
   uint32_t bsize;                /* block size */
-  uint32_t capacity;             /* blocks */
   uint64_t divc;                 /* ceil(2^64 / bsize): block_at's multiplier */
-  uint64_t key;                  /* free-list link key (harden.h) */
   char *end;                     /* end of the last whole block */
+  char *bump;                    /* first never-carved block (read by remote frees) */
+  struct slab_s *head;           /* the slab's head descriptor */
+  uint32_t capacity;             /* blocks */
+  uint8_t cls;
+  uint8_t kind;
+  /* the owner's slow paths' */
+  _Alignas(64) uint64_t key;     /* free-list link key (harden.h) */
   struct slab_s *next, *prev;    /* the heap's class queue, or its idle list */
   uint64_t idle_ms;              /* idle: since when */
   uint32_t full_gen;             /* full: the owner's collect count when it was set aside */
-  uint8_t cls;
-  uint8_t kind;
+  uint32_t sparse_seen;          /* used | SPARSE_SEEN when its pages were last looked at */
+  uint64_t sparse[SLAB_MAX_PAGES / 64]; /* pages returned while sparse: their blocks are off the list */
   uint8_t units;
   uint8_t queued;                /* in the heap's class queue */
   uint8_t idle;                  /* empty and kept: its pages may be returned */
   uint8_t purged;                /* idle, and its pages were returned */
   uint8_t fresh;                 /* its pages beyond the bump were never touched */
-  /* the owner's */
-  _Alignas(64) block_t *free;    /* the owner allocates from and frees onto here */
-  uint32_t used;                 /* blocks handed out and not freed locally */
-  uint32_t sparse_seen;          /* used | SPARSE_SEEN when its pages were last looked at */
-  char *bump;                    /* first never-carved block (read by remote frees) */
-  uint64_t sparse[SLAB_MAX_PAGES / 64]; /* pages returned while sparse: their blocks are off the list */
   /* other threads' */
   _Alignas(64) _Atomic uint64_t remote; /* remote frees not yet collected, and flags (slab.c) */
   struct slab_s *remote_next;    /* the heap's stack of slabs with remote frees */
 } slab_t;
+_Static_assert(sizeof(slab_t) == 256, "a power of two: free finds a unit's descriptor with a shift");
 
 #endif
