@@ -188,6 +188,19 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   return true;
 }
 
+/* ---- per-class views of the heap's own ------------------------------------ */
+
+/* A slab_t per class, each list empty, for views the fast path takes from
+ * that are not slabs: the sampler's proxies and the foreign lists. NULL
+ * when out of memory. */
+#define CLASS_VIEWS_BYTES os_page_round(sizeof(slab_t) * NUM_CLASSES)
+static slab_t *class_views_map(void) {
+  slab_t *v = os_map(CLASS_VIEWS_BYTES);
+  if (v != NULL)
+    for (unsigned cls = 0; cls < NUM_CLASSES; cls++) slab_set_list(&v[cls], NULL);
+  return v;
+}
+
 /* ---- remote frees --------------------------------------------------------- */
 
 /* A remote free emptied full slab s. An owner that collects its inbox takes
@@ -255,10 +268,9 @@ static hak_noinline void heap_gather(heap_t *heap, slab_t *s, block_t *b) {
  * the tick's mark (heap_foreign_tick). */
 static bool heap_foreign_start(heap_t *heap) {
   if (HAKMEM_SECURE || heap->proxy != NULL || hak_stats_enabled) return false;
-  slab_t *fc = os_map(os_page_round(sizeof(slab_t) * NUM_CLASSES));
+  slab_t *fc = class_views_map();
   if (fc == NULL) return false;
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
-    fc[cls].free = slab_end(&fc[cls]);
     fc[cls].bsize = (uint32_t)hak_class_size[cls];
     fc[cls].cls = (uint8_t)cls;
   }
@@ -371,14 +383,11 @@ bool heap_sampling_start(heap_t *heap, int64_t first) {
     heap_foreign_flush(heap);
     for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
       if (heap->active[cls] == &heap->foreign[cls]) heap_set_active(heap, cls, &heap->empty);
-    os_unmap(heap->foreign, os_page_round(sizeof(slab_t) * NUM_CLASSES));
+    os_unmap(heap->foreign, CLASS_VIEWS_BYTES);
     heap->foreign = NULL;
   }
   if (heap->proxy == NULL) {
-    slab_t *px = os_map(os_page_round(sizeof(slab_t) * NUM_CLASSES));
-    if (px == NULL) return false;
-    for (unsigned cls = 0; cls < NUM_CLASSES; cls++) px[cls].free = slab_end(&px[cls]);
-    heap->proxy = px;
+    if ((heap->proxy = class_views_map()) == NULL) return false;
   }
   heap->sample_left = first;
   return true;
