@@ -12,33 +12,32 @@ typedef struct {
   long value;
   long def;
   const char *doc;
-  _Atomic int state; /* 0 not read, 1 read */
   bool given;        /* set in the environment */
   bool is_str;       /* a string (a path): its text in str */
   char str[OPT_STR_MAX];
 } option_desc_t;
 
 static option_desc_t options[OPT_COUNT] = {
-  [OPT_STATS] = {"STATS", 0, 0, "1 or json: the statistics report at exit, as text or one JSON object", 0},
-  [OPT_STATS_FILE] = {"STATS_FILE", 0, 0, "the file the report at exit goes to (default stderr; %p: pid)", 0, .is_str = true},
-  [OPT_PROFILE] = {"PROFILE", 0, 0, "sample allocations and write the live heap here at exit (pprof format; %p: pid)", 0,
+  [OPT_STATS] = {"STATS", 0, 0, "1 or json: the statistics report at exit, as text or one JSON object"},
+  [OPT_STATS_FILE] = {"STATS_FILE", 0, 0, "the file the report at exit goes to (default stderr; %p: pid)", .is_str = true},
+  [OPT_PROFILE] = {"PROFILE", 0, 0, "sample allocations and write the live heap here at exit (pprof format; %p: pid)",
                    .is_str = true},
-  [OPT_PROFILE_RATE] = {"PROFILE_RATE", 0, 512 * 1024, "mean bytes allocated between two samples of the profiler", 0},
+  [OPT_PROFILE_RATE] = {"PROFILE_RATE", 0, 512 * 1024, "mean bytes allocated between two samples of the profiler"},
   [OPT_PURGE_DELAY_MS] = {"PURGE_DELAY_MS", 0, 250,
-                          "ms freed memory stays resident before it is returned (0 = at once, -1 = never)", 0},
-  [OPT_POOL_REGIONS] = {"POOL_REGIONS", 0, 16, "empty 4 MiB regions kept mapped (purged) for reuse", 0},
-  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks' pages kept resident for reuse", 0},
-  [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "ms a freed huge block's pages stay resident", 0},
+                          "ms freed memory stays resident before it is returned (0 = at once, -1 = never)"},
+  [OPT_POOL_REGIONS] = {"POOL_REGIONS", 0, 16, "empty 4 MiB regions kept mapped (purged) for reuse"},
+  [OPT_BIGCACHE_MB] = {"BIGCACHE_MB", 0, 256, "MiB of freed huge blocks' pages kept resident for reuse"},
+  [OPT_BIGCACHE_AGE_MS] = {"BIGCACHE_AGE_MS", 0, 500, "ms a freed huge block's pages stay resident"},
   [OPT_BACKGROUND_THREAD] = {"BACKGROUND_THREAD", 0, 0,
-                             "1: a thread of hakmem's own returns freed memory while the program is idle", 0},
-  [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)", 0},
+                             "1: a thread of hakmem's own returns freed memory while the program is idle"},
+  [OPT_SHOW_ERRORS] = {"SHOW_ERRORS", 0, 1, "report invalid frees on stderr (0 = silent)"},
   [OPT_ON_ERROR] = {"ON_ERROR", 0, 0,
-                    "abort (default) or report: what a double free, a corrupted list or a free inside a block does", 0, .is_str = true},
-  [OPT_LEARN] = {"LEARN", 0, 1, "learn the purge/cache strategy while running (0 = pin HAKMEM_LEARN_PIN)", 0},
-  [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory", 0},
-  [OPT_LEARN_WEIGHT] = {"LEARN_WEIGHT", 0, 50, "percent weight on time in the OS against memory held (0..100)", 0},
-  [OPT_LEARN_EPOCH_MS] = {"LEARN_EPOCH_MS", 0, 50, "ms each strategy runs before it is rated", 0},
-  [OPT_LEARN_SEED] = {"LEARN_SEED", 0, 1, "seed of the exploration (same seed, same costs: same choices)", 0},
+                    "abort (default) or report: what a double free, a corrupted list or a free inside a block does", .is_str = true},
+  [OPT_LEARN] = {"LEARN", 0, 1, "learn the purge/cache strategy while running (0 = pin HAKMEM_LEARN_PIN)"},
+  [OPT_LEARN_PIN] = {"LEARN_PIN", 0, 0, "strategy used with HAKMEM_LEARN=0: 0 default, 1 speed, 2 lean, 3 memory"},
+  [OPT_LEARN_WEIGHT] = {"LEARN_WEIGHT", 0, 50, "percent weight on time in the OS against memory held (0..100)"},
+  [OPT_LEARN_EPOCH_MS] = {"LEARN_EPOCH_MS", 0, 50, "ms each strategy runs before it is rated"},
+  [OPT_LEARN_SEED] = {"LEARN_SEED", 0, 1, "seed of the exploration (same seed, same costs: same choices)"},
 };
 
 extern char **environ;
@@ -85,16 +84,20 @@ static void option_read(option_desc_t *o) {
     o->value = json ? 2 : s ? parse_long(s, o->def) : o->def;
   }
   /* Before the C library sets up the environment, leave it unread. */
-  if (environ != NULL) atomic_store_explicit(&o->state, 1, memory_order_release);
+  if (environ != NULL) {
+    hak_option_values[o - options] = o->value;
+    __atomic_store_n(&hak_option_read[o - options], 1, __ATOMIC_RELEASE);
+  }
 }
 
-long hak_option(hak_option_t opt) {
+long hak_option_values[OPT_COUNT];
+uint8_t hak_option_read[OPT_COUNT];
+
+long hak_option_slow(hak_option_t opt) {
   option_desc_t *o = &options[opt];
-  if (unlikely(atomic_load_explicit(&o->state, memory_order_acquire) == 0)) option_read(o);
+  if (__atomic_load_n(&hak_option_read[opt], __ATOMIC_ACQUIRE) == 0) option_read(o);
   return o->value;
 }
-
-bool hak_option_on(hak_option_t opt) { return hak_option(opt) != 0; }
 
 const char *hak_option_str(hak_option_t opt) {
   hak_option(opt);

@@ -25,13 +25,21 @@ typedef enum {
   OPT_COUNT
 } hak_option_t;
 
-long hak_option(hak_option_t opt);
+/* An option's value: read from the environment at its first use (again
+ * while the environment is not set up), then from hak_option_values. */
+extern long hak_option_values[OPT_COUNT];
+extern uint8_t hak_option_read[OPT_COUNT]; /* 1: its value is final (__atomic builtins) */
+long hak_option_slow(hak_option_t opt);
+hak_inline long hak_option(hak_option_t opt) {
+  if (likely(__atomic_load_n(&hak_option_read[opt], __ATOMIC_ACQUIRE))) return hak_option_values[opt];
+  return hak_option_slow(opt);
+}
+hak_inline bool hak_option_on(hak_option_t opt) { return hak_option(opt) != 0; }
 /* A string option's value ("" when unset). */
 const char *hak_option_str(hak_option_t opt);
 /* A path option's value with each "%p" replaced by the process id, into buf
  * (len bytes); false when unset or too long. */
 bool hak_option_path(hak_option_t opt, char *buf, size_t len);
-bool hak_option_on(hak_option_t opt);
 /* Whether the user set the option in the environment. */
 bool hak_option_given(hak_option_t opt);
 /* Re-reads the options still unread (the environment may be missing during

@@ -23,26 +23,26 @@ static const hak_option_t knob_option[KNOB_COUNT] = {
   [KNOB_BIGCACHE_AGE_MS] = OPT_BIGCACHE_AGE_MS,
 };
 
-static _Atomic int current = -1;
-static _Atomic long knobs[KNOB_COUNT]; /* the running strategy's, read on every free of a Large block */
+int policy_running = -1;
+long policy_knobs[KNOB_COUNT];
 
 static void knobs_of(int s) {
-  for (int k = 0; k < KNOB_COUNT; k++) atomic_store_explicit(&knobs[k], policy_knob_of(s, (knob_t)k), memory_order_relaxed);
+  for (int k = 0; k < KNOB_COUNT; k++) __atomic_store_n(&policy_knobs[k], policy_knob_of(s, (knob_t)k), __ATOMIC_RELAXED);
 }
 
 int policy_current(void) {
-  int s = atomic_load_explicit(&current, memory_order_relaxed);
+  int s = __atomic_load_n(&policy_running, __ATOMIC_RELAXED);
   if (likely(s >= 0)) return s;
   long pin = hak_option(OPT_LEARN_PIN);
   s = hak_option_on(OPT_LEARN) || pin < 0 || pin >= STRATEGIES ? STRATEGY_DEFAULT : (int)pin;
   knobs_of(s);
-  atomic_store_explicit(&current, s, memory_order_release);
+  __atomic_store_n(&policy_running, s, __ATOMIC_RELEASE);
   return s;
 }
 
 void policy_set(int s) {
   if (s >= 0) knobs_of(s);
-  atomic_store_explicit(&current, s, memory_order_release);
+  __atomic_store_n(&policy_running, s, __ATOMIC_RELEASE);
 }
 
 long policy_knob_of(int s, knob_t knob) {
@@ -51,9 +51,5 @@ long policy_knob_of(int s, knob_t knob) {
   return v == FROM_OPTION || hak_option_given(opt) ? hak_option(opt) : v;
 }
 
-long policy_knob(knob_t knob) {
-  if (unlikely(atomic_load_explicit(&current, memory_order_acquire) < 0)) policy_current();
-  return atomic_load_explicit(&knobs[knob], memory_order_relaxed);
-}
 
 const char *policy_name(int s) { return strategies[s].name; }

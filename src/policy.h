@@ -16,12 +16,19 @@ typedef enum {
 
 enum { STRATEGY_DEFAULT, STRATEGY_SPEED, STRATEGY_LEAN, STRATEGY_MEMORY, STRATEGIES };
 
-/* The running strategy's setting of a knob; an option the user set in the
- * environment wins over every strategy. */
-long policy_knob(knob_t knob);
 /* Strategy s's setting of the knob. */
 long policy_knob_of(int s, knob_t knob);
 int policy_current(void);
+/* The running strategy (-1 until first asked) and its knobs, read on every
+ * free of a Large block (__atomic builtins). */
+extern int policy_running;
+extern long policy_knobs[KNOB_COUNT];
+/* The running strategy's setting of a knob; an option the user set in the
+ * environment wins over every strategy. */
+hak_inline long policy_knob(knob_t knob) {
+  if (unlikely(__atomic_load_n(&policy_running, __ATOMIC_ACQUIRE) < 0)) policy_current();
+  return __atomic_load_n(&policy_knobs[knob], __ATOMIC_RELAXED);
+}
 void policy_set(int s);
 const char *policy_name(int s);
 
