@@ -32,7 +32,10 @@ static __thread uint32_t slow_calls __attribute__((tls_model("initial-exec")));
 
 static hak_noinline void slow_tick(heap_t *heap) {
   uint64_t now = os_now_ms();
-  if (heap != &hak_heap_empty) heap_tick(heap, now);
+  if (heap != &hak_heap_empty) {
+    heap_tick(heap, now);
+    large_tick(heap, now);
+  }
   learn_tick(0, now);
   purge_tick(now);
 }
@@ -135,7 +138,10 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   } else if (HAKMEM_PROFILING) {
     hak_tls_view.sample_left = INT64_MAX; /* not profiling: the count never runs out */
   }
-  if (size > SMALL_MAX) learn_tick(size, 0);
+  if (size > SMALL_MAX) {
+    learn_tick(size, 0);
+    if (align <= MIN_ALIGN && !zero && (p = large_alloc_hot(heap, size)) != NULL) return p;
+  }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
     /* out of address space: empty the caches, once */
@@ -239,6 +245,11 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
     /* the profiling library's sampled blocks are freed by inner pointers */
     if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
       free_block(heap, s, p);
+      maybe_tick(heap);
+      return;
+    }
+    /* the heap's own Large block (a sampled one tells the profiler first) */
+    if (s->kind == SLAB_NONE && !prof_on && large_free_hot(heap, p)) {
       maybe_tick(heap);
       return;
     }

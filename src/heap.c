@@ -647,7 +647,7 @@ static heap_t *heap_new(void) {
   }
   heap_t *h = (heap_t *)meta_next;
   meta_next += need;
-  __builtin_memcpy(h, &hak_heap_empty, offsetof(heap_t, lcache)); /* the cache: zero, as mapped */
+  __builtin_memcpy(h, &hak_heap_empty, offsetof(heap_t, lhot)); /* the caches: zero, as mapped */
   slab_set_list(&h->empty, NULL);
   run_heap_init(&h->pages, (unsigned)__builtin_ctzl(os_page_size()), true);
   h->next_all = all_heaps;
@@ -743,8 +743,11 @@ void heap_fork_child(void) {
  * of free dirty pages warm for the thread that adopts it; the rest goes back
  * at once, since no thread of its own will reuse it before an adoption. */
 #define ABANDON_KEEP_BYTES ((size_t)1 << 20)
+void (*heap_abandon_hook)(heap_t *heap);
+
 static void heap_abandon(heap_t *heap) {
   if (heap == &hak_heap_empty) return;
+  if (heap_abandon_hook) heap_abandon_hook(heap);
   heap_foreign_flush(heap);
   heap_publish_gathered(heap, true, 0);
   atomic_fetch_sub_explicit(&heaps_running, 1, memory_order_relaxed);

@@ -32,6 +32,18 @@ typedef struct {
   slab_t *spare; /* one empty slab kept for reuse */
 } slab_queue_t;
 
+/* The Large blocks of the classes up to 256 KiB that the owner freed last,
+ * a stack per class that only the owner touches, without the lock: still
+ * allocated runs to every other thread (large.c). */
+#define LARGE_HOT_CLASSES 24
+#define LARGE_HOT_DEPTH 8
+typedef struct {
+  void *blk[LARGE_HOT_CLASSES][LARGE_HOT_DEPTH]; /* oldest first */
+  uint8_t n[LARGE_HOT_CLASSES];
+  size_t bytes; /* in all stacks (written by the owner; others read it with __atomic_load_n) */
+  uint64_t drained_ms;  /* when the tick last sent them back */
+} large_hot_t;
+
 _Static_assert(NUM_CLASSES <= 64, "gathered_classes has a bit per class");
 
 struct heap_s {
@@ -72,8 +84,9 @@ struct heap_s {
   /* the view of a class with no block at hand: its own, so that the fast
    * path's test (which writes the word it reads) stays in this heap */
   slab_t empty;
-  /* last: heap_new leaves it as fresh memory (zero), so that only the
+  /* last: heap_new leaves them as fresh memory (zero), so that only the
    * classes a program frees into are ever touched */
+  large_hot_t lhot;   /* the owner's, without the lock (large.c) */
   run_cache_t lcache; /* under lock: Large blocks freed last, by class (large.c) */
 } __attribute__((aligned(64)));
 
@@ -183,6 +196,9 @@ void heap_trim_abandoned(void);
 
 /* Hands the calling thread's heap back now, as thread exit does. */
 void heap_thread_done(void);
+/* Set by the Large pool: gives back what the owner keeps without the lock
+ * (large.h), before its heap is abandoned. */
+extern void (*heap_abandon_hook)(heap_t *heap);
 
 void heap_process_init(void);
 /* Takes (or releases) every heap's lock around fork; in the child,

@@ -56,13 +56,21 @@ static size_t block_bytes_of(size_t size, size_t align) {
 #define TABLE_PAGES (CLASS_MAX / 4096)
 static uint8_t fit_pages[TABLE_PAGES + 1]; /* pages of the block for n pages asked */
 static int8_t class_of_pages[TABLE_PAGES + 1];
+static uint8_t hot_of_pages[TABLE_PAGES + 1]; /* hot stack of a block of n pages; LARGE_HOT_CLASSES: none */
+static uint8_t hot_for_pages[TABLE_PAGES + 1]; /* the same for a malloc of n pages */
+static size_t hot_bytes[LARGE_HOT_CLASSES];
 
 void large_init(void) {
+  heap_abandon_hook = large_hot_release;
   unsigned shift = os_page_log2();
   for (size_t n = 1; n <= (CLASS_MAX >> shift); n++) {
     fit_pages[n] = (uint8_t)(block_bytes_of(n << shift, 0) >> shift);
     class_of_pages[n] = (int8_t)cache_class_of(n << shift);
+    unsigned c = (unsigned)class_of_pages[n];
+    hot_of_pages[n] = (uint8_t)((n << shift) > SMALL_MAX && c < LARGE_HOT_CLASSES ? c : LARGE_HOT_CLASSES);
   }
+  for (size_t n = 1; n <= (CLASS_MAX >> shift); n++) hot_for_pages[n] = hot_of_pages[fit_pages[n]];
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) hot_bytes[c] = class_bytes(c);
 }
 
 /* The tables hold CLASS_MAX >> page shift entries (fewer than TABLE_PAGES
@@ -85,8 +93,9 @@ static void live_add(heap_t *heap, size_t removed, size_t added) {
 }
 
 size_t large_live_bytes(void) {
-  size_t sum = 0;
-  for (heap_t *h = heap_all(); h; h = h->next_all) sum += __atomic_load_n(&h->large_live, __ATOMIC_RELAXED);
+  size_t sum = 0; /* blocks on the owners' stacks are freed, though allocated runs */
+  for (heap_t *h = heap_all(); h; h = h->next_all)
+    sum += __atomic_load_n(&h->large_live, __ATOMIC_RELAXED) - __atomic_load_n(&h->lhot.bytes, __ATOMIC_RELAXED);
   return sum;
 }
 
@@ -95,9 +104,9 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size, align);
   uint32_t n = (uint32_t)(bytes >> shift), a = align > os_page_size() ? (uint32_t)(align >> shift) : 1;
   if (n + a - 1 > (REGION_SIZE >> shift) - region_header_pages()) return NULL; /* no region is sure to hold it */
+  int c = a == 1 ? cache_class(bytes) : -1;
   run_t r;
   heap_lock(heap);
-  int c = a == 1 ? cache_class(bytes) : -1;
   bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
   uint32_t grid = bytes > CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
@@ -143,33 +152,141 @@ static run_t block_run(const void *p, heap_t **heapp) {
 
 /* The cache holds at most half of what the heap holds in blocks of the
  * sizes it caches, and at least CACHE_MIN_BYTES: blocks above CLASS_MAX
- * (never cached) would let it keep freed runs beside their fresh pages. */
-static size_t cache_pages(const heap_t *heap) { return MAX(CACHE_MIN_BYTES, heap->large_classed / 2) >> os_page_log2(); }
+ * (never cached) would let it keep freed runs beside their fresh pages;
+ * the blocks on the owner's stacks count against it. */
+static size_t cache_pages(const heap_t *heap) {
+  size_t bound = MAX(CACHE_MIN_BYTES, heap->large_classed / 2), hot = __atomic_load_n(&heap->lhot.bytes, __ATOMIC_RELAXED);
+  return (bound > hot ? bound - hot : 0) >> os_page_log2(); /* what the owner's stacks keep counts */
+}
 
-/* A freed block goes to its class's cache, or back to the free runs (an
- * aligned one, one beyond the cache's bounds, one that realloc moved: the
- * free pages it leaves let its neighbours grow in place). */
-bool large_free(void *p, bool cache) {
-  heap_t *heap;
-  run_t r = block_run(p, &heap);
-  if (r.chunk == NULL) return false;
+/* Frees allocated run r of heap (its lock held): to its class's cache, or
+ * back to the free runs (an aligned one, one beyond the cache's bounds, one
+ * that realloc moved: the free pages it leaves let its neighbours grow in
+ * place). */
+static void free_locked(heap_t *heap, run_t r, bool cache, uint64_t now, long delay) {
   size_t bytes = run_bytes(r);
   live_add(heap, bytes, 0);
-  stat_free(STAT_ROW_LARGE, bytes, true);
-  uint64_t now = os_now_ms();
-  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   int c = cache_class(bytes);
   size_t bound = cache_pages(heap);
   bool cached = cache && delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, bound);
   if (heap->lcache.pages > bound) run_cache_trim(&heap->lcache, bound, now); /* the heap shrank */
-  region_t *reg = region_of(p);
+  region_t *reg = region_of(run_addr(r));
   if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
+}
+
+/* ---- the owner's hot stacks (large_hot_t) -----------------------------------
+ * The owner frees a block of a class up to CLASS_MAX onto its class's stack
+ * and allocates from it, without the lock and without reading the run map
+ * past the block's own length word: the run stays allocated, so no other
+ * thread looks at it. A full stack sends its older half to the cache; the
+ * tick sends every stack there once per purge delay, from where the blocks
+ * go back as the cache's do. Off in the secure build, whose frees are all
+ * checked under the lock. */
+#define HOT_MAX_BYTES ((size_t)8 << 20)
+_Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(CLASS_MAX / SMALL_MAX) * 8, "the classes up to CLASS_MAX");
+
+/* Sends blocks [0, n) of hot class c back under the lock (held), as freed
+ * at now. */
+static void hot_send(heap_t *heap, unsigned c, uint32_t n, uint64_t now, long delay) {
+  large_hot_t *h = &heap->lhot;
+  for (uint32_t i = 0; i < n; i++) {
+    char *p = h->blk[c][i];
+    run_chunk_t *ch = &region_of(p)->pages;
+    run_t r = run_at(ch, (uint32_t)((uintptr_t)(p - ch->base) >> os_page_log2()));
+    /* off the stack's count before the live count: large_live_bytes never sees both */
+    __atomic_store_n(&h->bytes, h->bytes - run_bytes(r), __ATOMIC_RELAXED);
+    free_locked(heap, r, true, now, delay);
+  }
+  __builtin_memmove(h->blk[c], h->blk[c] + n, (h->n[c] - n) * sizeof(void *));
+  h->n[c] = (uint8_t)(h->n[c] - n);
+}
+
+/* Every stack back to the cache. */
+static void hot_drain(heap_t *heap, uint64_t now) {
+  heap->lhot.drained_ms = now;
+  if (heap->lhot.bytes == 0) return;
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  heap_lock(heap);
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++)
+    if (heap->lhot.n[c]) hot_send(heap, c, heap->lhot.n[c], now, delay);
+  heap_unlock(heap);
+}
+
+void *large_alloc_hot(heap_t *heap, size_t size) {
+  if (size > CLASS_MAX) return NULL;
+  unsigned c = hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
+  large_hot_t *h = &heap->lhot;
+  if (c >= LARGE_HOT_CLASSES || h->n[c] == 0) return NULL;
+  uint8_t k = --h->n[c];
+  void *p = h->blk[c][k];
+  size_t bytes = hot_bytes[c];
+  __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
+  stat_alloc(STAT_ROW_LARGE, bytes);
+  return p;
+}
+
+/* The owner's free of p (on a unit no slab holds) onto its stack: 1 when
+ * kept, 0 when the locked path is to free it (not one of heap's blocks of a
+ * hot class, stacks full), -1 when p sits on the stack already (a double
+ * free). */
+static int hot_push(heap_t *heap, void *p) {
+  region_t *reg = region_of(p);
+  const run_chunk_t *ch = &reg->pages;
+  uintptr_t off = (uintptr_t)p - (uintptr_t)ch->base; /* below base: above REGION_SIZE */
+  unsigned shift = os_page_log2();
+  if (HAKMEM_SECURE || __atomic_load_n(&reg->owner, __ATOMIC_RELAXED) != heap || off >= REGION_SIZE ||
+      (off & ((1u << shift) - 1)) != 0)
+    return 0;
+  uint32_t pages = run_live_pages(ch, (uint32_t)(off >> shift));
+  unsigned c = pages <= (CLASS_MAX >> shift) ? hot_of_pages[pages] : LARGE_HOT_CLASSES;
+  large_hot_t *h = &heap->lhot;
+  size_t bytes = (size_t)pages << shift;
+  if (c >= LARGE_HOT_CLASSES || h->bytes + bytes > HOT_MAX_BYTES) return 0;
+  uint32_t n = h->n[c];
+  for (uint32_t i = 0; i < n; i++)
+    if (h->blk[c][i] == p) return -1;
+  if (n == LARGE_HOT_DEPTH) {
+    long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+    heap_lock(heap);
+    hot_send(heap, c, LARGE_HOT_DEPTH / 2, os_now_ms(), delay);
+    heap_unlock(heap);
+    n = h->n[c];
+  }
+  h->blk[c][n] = p;
+  h->n[c] = (uint8_t)(n + 1);
+  __atomic_store_n(&h->bytes, h->bytes + bytes, __ATOMIC_RELAXED);
+  stat_free(STAT_ROW_LARGE, bytes, true);
+  return 1;
+}
+
+bool large_free_hot(heap_t *heap, void *p) { return policy_knob(KNOB_PURGE_DELAY_MS) != 0 && hot_push(heap, p) > 0; }
+
+bool large_free(void *p, bool cache) {
+  heap_t *heap = heap_get();
+  int hot = cache && policy_knob(KNOB_PURGE_DELAY_MS) != 0 ? hot_push(heap, p) : 0;
+  if (hot) return hot > 0;
+  run_t r = block_run(p, &heap);
+  if (r.chunk == NULL) return false;
+  stat_free(STAT_ROW_LARGE, run_bytes(r), true);
+  uint64_t now = os_now_ms();
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  free_locked(heap, r, cache, now, delay);
   heap_unlock(heap);
   if (delay == 0) heap_purge(heap, now, 0, true, NULL);
   return true;
 }
 
+#define HOT_TICK_MIN_MS 50
+void large_tick(heap_t *heap, uint64_t now) {
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  if (heap->lhot.bytes && delay >= 0 && now - heap->lhot.drained_ms >= (uint64_t)MAX(delay, HOT_TICK_MIN_MS))
+    hot_drain(heap, now);
+}
+
+void large_hot_release(heap_t *heap) { hot_drain(heap, os_now_ms()); }
+
 bool large_cache_release(heap_t *heap) {
+  large_hot_release(heap);
   heap_lock(heap);
   bool held = heap->lcache.pages != 0;
   if (held) run_cache_flush(&heap->lcache, os_now_ms(), 0);

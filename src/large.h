@@ -4,8 +4,10 @@
  * resident. Free runs are found through the heap's run
  * heap (run.h) in a few instructions whatever the heap's size; freed runs
  * merge with their free neighbours and stay resident until purged with the
- * delay. Every operation takes the owning heap's lock, so that any thread
- * frees a block at once, its owner asleep or gone. Layer 4. */
+ * delay. The owner frees and reuses its blocks up to 256 KiB without the
+ * lock (a stack per class); every other operation takes the owning heap's
+ * lock, so that any thread frees a block at once, its owner asleep or
+ * gone. Layer 4. */
 #ifndef HAKMEM_LARGE_H
 #define HAKMEM_LARGE_H
 
@@ -19,6 +21,19 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
 /* Frees Large block p (in a region, on a unit no slab holds); with cache,
  * it may be kept for the next block of its class. False when p is not one. */
 bool large_free(void *p, bool cache);
+/* The owner's malloc of size bytes (a Large size, no alignment, not zeroed)
+ * from the blocks it freed last, without the lock; NULL when it keeps none
+ * of the size's class. */
+void *large_alloc_hot(heap_t *heap, size_t size);
+/* The owner's free of p, a Large block of its own (or any pointer into a
+ * region, whose unit holds no slab), kept for its mallocs; false when the
+ * locked path is to free it (large_free). */
+bool large_free_hot(heap_t *heap, void *p);
+/* The owner's periodic work (its slow paths' tick): once per purge delay,
+ * the blocks it keeps without the lock go to the cache, which ages them. */
+void large_tick(heap_t *heap, uint64_t now);
+/* The same at once (trim, thread exit): the calling thread's own heap. */
+void large_hot_release(heap_t *heap);
 /* Out of address space: the heap's cached runs go back to its free runs,
  * where slabs and page runs can take them. Whether it held any. */
 bool large_cache_release(heap_t *heap);

@@ -7,6 +7,7 @@
 
 #include "heap.h"
 #include "huge.h"
+#include "large.h"
 #include "learn.h"
 #include "options.h"
 #include "policy.h"
@@ -102,7 +103,10 @@ bool purge_all(void) {
   uint64_t now = os_now_ms();
   size_t n = 0;
   heap_t *self = heap_get();
-  if (self != &hak_heap_empty) n += heap_trim(self);
+  if (self != &hak_heap_empty) {
+    large_hot_release(self);
+    n += heap_trim(self);
+  }
   heap_trim_abandoned(); /* before the loop below purges their heaps */
   for (heap_t *h = heap_all(); h; h = h->next_all)
     if (h != self) n += heap_purge(h, now, 0, true, NULL);

@@ -713,6 +713,48 @@ static void test_foreign(void)
   }
 }
 
+/* A Large block freed twice, while it is the last of its class freed (kept
+ * by the thread for its next malloc) and after later frees pushed it on:
+ * each time one line on stderr, and the block is handed out once. */
+static void child_large_double_free(void *arg)
+{
+  size_t size = 100 * 1024, n = 24;
+  bool later = arg != NULL;
+  unsigned char *b[24];
+  for (size_t i = 0; i < n; i++) {
+    b[i] = tu_launder(A(malloc)(size));
+    CHECK(b[i] != NULL);
+    tu_fill(b[i], 0, size, (unsigned)i);
+  }
+  unsigned char *victim = b[0];
+  A(free)(victim);
+  if (later)
+    for (size_t i = 1; i < n; i++) A(free)(b[i]);
+  for (int i = 0; i < 3; i++) A(free)(victim);
+  unsigned char *x = tu_launder(A(malloc)(size)), *y = tu_launder(A(malloc)(size));
+  CHECK(x != NULL && y != NULL);
+  CHECKF(x != y, "the block freed twice was handed out twice (%p)", (void *)x);
+  if (!later)
+    for (size_t i = 1; i < n; i++) CHECK_PAT(b[i], size, (unsigned)i);
+  A(free)(x);
+  A(free)(y);
+  if (!later)
+    for (size_t i = 1; i < n; i++) A(free)(b[i]);
+}
+
+static void test_large_double_free(void)
+{
+  static char out[65536];
+  char why[64];
+  for (int later = 0; later < 2; later++) {
+    int st = tu_child_output(child_large_double_free, later ? (void *)1 : NULL, 60, out, sizeof out);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child ended with %s; stderr: %.300s",
+           later ? "freed long ago" : "freed last", tu_status_str(st, why, sizeof why), out);
+    int n = count_lines_with(out, "hakmem");
+    CHECKF(n == 1, "expected exactly one line with \"hakmem\" on stderr, got %d: %.300s", n, out);
+  }
+}
+
 /* Size classes, through the usable size: it grows with the size and wastes
  * at most a quarter of it (an eighth from 1 to 8 KiB); a power of two from
  * 1 to 4 KiB behind a header of one or two words (sqlite's 1032 and 4104 B)
@@ -755,6 +797,7 @@ static const tu_case_t cases[] = {
 #endif
   {"owns", test_owns, 0},
   {"foreign", test_foreign, 0},
+  {"large_double_free", test_large_double_free, 0},
 };
 
 int main(int argc, char **argv)
