@@ -234,7 +234,8 @@ static int hot_push(heap_t *heap, void *p) {
   const run_chunk_t *ch = &reg->pages;
   uintptr_t off = (uintptr_t)p - (uintptr_t)ch->base; /* below base: above REGION_SIZE */
   unsigned shift = os_page_log2();
-  if (HAKMEM_SECURE || __atomic_load_n(&reg->owner, __ATOMIC_RELAXED) != heap || off >= REGION_SIZE ||
+  /* the chunk's heap, not the region's owner: a line that the length's read needs anyway */
+  if (HAKMEM_SECURE || __atomic_load_n(&ch->heap, __ATOMIC_RELAXED) != &heap->pages || off >= REGION_SIZE ||
       (off & ((1u << shift) - 1)) != 0)
     return 0;
   uint32_t pages = run_live_pages(ch, (uint32_t)(off >> shift));

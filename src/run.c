@@ -85,13 +85,13 @@ static void dirty_remove(run_heap_t *h, run_node_t *x) {
 
 /* ---- free runs --------------------------------------------------------------- */
 
-static bool free_start(const run_chunk_t *c, uint32_t i) { return run_bit(c->free_bits, i); }
+static bool free_start(const run_chunk_t *c, uint32_t i) { return run_bit(c, i, RUN_FREE); }
 
 /* An atomic store (a plain one on x86-64): run_live_pages reads the words
  * without the lock, while runs beside the reader's change. */
-static void set_bit(uint64_t *bits, uint32_t i, bool on) {
-  uint64_t bit = (uint64_t)1 << (i % 64), w = bits[i / 64];
-  __atomic_store_n(&bits[i / 64], on ? w | bit : w & ~bit, __ATOMIC_RELAXED);
+static void set_bit(run_chunk_t *c, uint32_t i, unsigned which, bool on) {
+  uint64_t *word = run_bits_word(c, i, which), bit = (uint64_t)1 << (i % 64), w = *word;
+  __atomic_store_n(word, on ? w | bit : w & ~bit, __ATOMIC_RELAXED);
 }
 
 /* Makes [s, s+n) a free run dirty since t (0: clean) in [dlo, dhi); on the
@@ -103,7 +103,7 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
   if (t && dlo >= dhi) t = 0;
   c->len[s] = n;
   c->last_of[s + n - 1] = s;
-  set_bit(c->free_bits, s, true);
+  set_bit(c, s, RUN_FREE, true);
   x->chunk = c;
   x->dirty_ms = t;
   x->dlo = dlo, x->dhi = dhi;
@@ -127,7 +127,7 @@ static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
   run_heap_t *h = c->heap;
   run_node_t *x = run_node_at(c, s), *before = NULL;
   uint32_t n = c->len[s];
-  set_bit(c->free_bits, s, false);
+  set_bit(c, s, RUN_FREE, false);
   bin_remove(h, x, n);
   h->free_pages -= n;
   if (x->dirty_ms) {
@@ -165,10 +165,8 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
                    uint64_t dirty_ms) {
   /* the small arrays every operation reads first, then the nodes */
   char *m = mem;
-  c->free_bits = (uint64_t *)m;
-  m += (pages + 63) / 64 * sizeof(uint64_t);
-  c->cached_bits = (uint64_t *)m;
-  m += (pages + 63) / 64 * sizeof(uint64_t);
+  c->bits = (uint64_t *)m;
+  m += (pages + 63) / 64 * 2 * sizeof(uint64_t);
   c->len = (uint32_t *)m;
   m += (size_t)pages * sizeof(uint32_t);
   c->last_of = (uint32_t *)m;
@@ -178,7 +176,7 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   /* the node and last_of entries are set before they are read; these two
    * are read as they are */
   __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
-  __builtin_memset(c->free_bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t)); /* and cached_bits */
+  __builtin_memset(c->bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t));
   c->base = base;
   c->pages = pages;
   c->limit = 0;
@@ -366,7 +364,7 @@ bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_
   uint32_t n = k->n[cls];
   if (n >= MIN(max_n, RUN_CACHE_DEPTH) || k->pages + r.pages > max_pages) return false;
   k->slot[cls][n] = (run_cache_slot_t){.chunk = r.chunk, .page = r.page, .ms = (uint32_t)now};
-  set_bit(r.chunk->cached_bits, r.page, true);
+  set_bit(r.chunk, r.page, RUN_CACHED, true);
   k->n[cls] = n + 1;
   k->pages += r.pages;
   return true;
@@ -375,7 +373,7 @@ bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_
 /* Takes slot x's run out of the cache. */
 static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
   run_chunk_t *c = x->chunk;
-  set_bit(c->cached_bits, x->page, false);
+  set_bit(c, x->page, RUN_CACHED, false);
   run_t r = {.chunk = c, .page = x->page, .pages = c->len[x->page], .dirty = true};
   k->pages -= r.pages;
   return r;

@@ -38,11 +38,13 @@ struct run_chunk_s {
   uint32_t used;       /* pages in allocated runs */
   uint32_t *len;       /* at a run's first page (free or allocated): its length; 0 inside runs */
   uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
-  uint64_t *free_bits; /* bit i: page i starts a free run */
-  uint64_t *cached_bits; /* bit i: page i starts an allocated run kept in a run cache */
+  /* two words per 64 pages, side by side so that one line holds both:
+   * bit i % 64 of word RUN_FREE: page i starts a free run; of word
+   * RUN_CACHED: it starts an allocated run kept in a run cache */
+  uint64_t *bits;
+  run_heap_t *heap;    /* in the first line, with the words above: what a lockless read needs */
   run_node_t *node;    /* the pages' nodes, by group (run_node_at) */
   uint32_t rows;       /* nodes a group: pages rounded up to RUN_NODE_GROUP, over it */
-  run_heap_t *heap;
   run_chunk_t *next, *prev; /* the heap's chunks */
 };
 
@@ -77,8 +79,12 @@ typedef struct {
  * most node pages are never touched. */
 #define RUN_NODE_GROUP 16
 
-/* Bit i of a chunk's bitmap (free_bits, cached_bits). */
-hak_inline bool run_bit(const uint64_t *bits, uint32_t i) { return bits[i / 64] >> (i % 64) & 1; }
+#define RUN_FREE 0
+#define RUN_CACHED 1
+/* The word of chunk c's bitmap `which` (RUN_FREE, RUN_CACHED) that holds
+ * page i's bit, and the bit. */
+hak_inline uint64_t *run_bits_word(const run_chunk_t *c, uint32_t i, unsigned which) { return &c->bits[i / 64 * 2 + which]; }
+hak_inline bool run_bit(const run_chunk_t *c, uint32_t i, unsigned which) { return *run_bits_word(c, i, which) >> (i % 64) & 1; }
 
 /* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
 #define RUN_CHUNK_META_BYTES(pages)                                                                       \
@@ -130,8 +136,8 @@ hak_inline uint32_t run_live_pages(const run_chunk_t *c, uint32_t page) {
   if (page >= c->pages) return 0;
   uint32_t n = __atomic_load_n(&c->len[page], __ATOMIC_RELAXED);
   if (n == 0 || n > c->pages - page) return 0;
-  uint64_t bits = __atomic_load_n(&c->free_bits[page / 64], __ATOMIC_RELAXED) |
-                  __atomic_load_n(&c->cached_bits[page / 64], __ATOMIC_RELAXED);
+  uint64_t bits = __atomic_load_n(run_bits_word(c, page, RUN_FREE), __ATOMIC_RELAXED) |
+                  __atomic_load_n(run_bits_word(c, page, RUN_CACHED), __ATOMIC_RELAXED);
   return bits >> (page % 64) & 1 ? 0 : n;
 }
 /* The allocated run that starts at page of c; {NULL} when none does. */
@@ -149,7 +155,7 @@ hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) <
  * last one freed (at the same place, so its first and last pages are the
  * ones already resident), as a slab's free list does for smaller blocks. A
  * class is a stack of slots in the cache itself and a cached run is marked
- * in its chunk's cached_bits: pushing, popping and the double-free test read
+ * in its chunk's bitmap (RUN_CACHED): pushing, popping and the double-free test read
  * no page node (a node is a cache miss a run; the bitmap's word is not). */
 #define RUN_CACHE_CLASSES 56
 #define RUN_CACHE_DEPTH 64
@@ -180,7 +186,7 @@ void run_cache_trim(run_cache_t *k, size_t max_pages, uint64_t now);
  * returns whether any run stays cached. */
 bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age);
 /* Whether allocated run r sits in a cache (freed). */
-hak_inline bool run_cached(run_t r) { return run_bit(r.chunk->cached_bits, r.page); }
+hak_inline bool run_cached(run_t r) { return run_bit(r.chunk, r.page, RUN_CACHED); }
 
 /* Takes the oldest dirty free run if it is due (dirty at least delay ms, or
  * more than keep dirty pages in the heap): it is taken out like an allocated
