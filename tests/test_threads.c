@@ -23,6 +23,9 @@
  * (f) foreign: a thread frees 64 of another's blocks, then allocates 64 of
  *     their size: most are those blocks (its foreign list hands them out
  *     first, heap.h), each whole; the owner's remaining blocks keep theirs.
+ * (g) foreign_idle: a thread frees 64 of another's blocks and then uses
+ *     other sizes only for a second: its list goes home at its tick, and
+ *     the owner's mallocs find every one of them.
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
@@ -396,6 +399,60 @@ static void test_foreign(void)
   printf("  foreign: %d of %d blocks another thread freed came back to it\n", (int)(intptr_t)reused, FOREIGN_N);
 }
 
+/* ---------------- (g) an idle foreign list ---------------- */
+
+static blk_t idle_owned[FOREIGN_N];
+static atomic_int idle_ticked, idle_done;
+static double idle_seconds;
+
+static void *idle_taker(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < FOREIGN_N; i++) A(free)(idle_owned[i].p);
+  /* slow paths of another size for several purge delays: the thread ticks,
+   * and the list of the freed blocks' class sees no use */
+  double t0 = tu_now();
+  while (tu_now() - t0 < idle_seconds) {
+    A(free)(tu_launder(A(malloc)(100000)));
+    usleep(500);
+  }
+  atomic_store(&idle_ticked, 1);
+  while (!atomic_load(&idle_done)) usleep(1000);
+  return NULL;
+}
+
+static void test_foreign_idle(void)
+{
+  /* the lists go home after a purge delay: the default's, or the one set
+   * (the pinned speed strategy's, 10 s, is too long for a test) */
+  const char *d = getenv("HAKMEM_PURGE_DELAY_MS"), *pin = getenv("HAKMEM_LEARN_PIN");
+  if (d == NULL && pin != NULL && atoi(pin) != 0) {
+    printf("  foreign_idle: not run under a pinned strategy (ctest runs it as threads_foreign_idle)\n");
+    return;
+  }
+  long delay = d ? atol(d) : 250;
+  CHECKF(delay > 0 && delay <= 1000, "HAKMEM_PURGE_DELAY_MS=%ld: the case needs 1 to 1000", delay);
+  idle_seconds = (double)(4 * delay + 200) / 1000;
+  for (int i = 0; i < FOREIGN_N; i++) blk_alloc(&idle_owned[i], FOREIGN_SIZE, 9500000 + (uint64_t)i);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, idle_taker, NULL) == 0);
+  while (!atomic_load(&idle_ticked)) usleep(1000);
+  enum { TAKE = 8192 };
+  static void *taken[TAKE];
+  int back = 0;
+  for (int i = 0; i < TAKE; i++) {
+    taken[i] = A(malloc)(FOREIGN_SIZE);
+    CHECK(taken[i] != NULL);
+    for (int j = 0; j < FOREIGN_N; j++) back += taken[i] == idle_owned[j].p;
+  }
+  atomic_store(&idle_done, 1);
+  CHECK(pthread_join(t, NULL) == 0);
+  for (int i = 0; i < TAKE; i++) A(free)(taken[i]);
+  CHECKF(back == FOREIGN_N, "%d of %d blocks on an idle thread's foreign list came back to their owner", back,
+         FOREIGN_N);
+  printf("  foreign_idle: %d of %d blocks came home from an idle thread's list\n", back, FOREIGN_N);
+}
+
 static const tu_case_t cases[] = {
 #ifdef USE_HAK_API
   {"cpu_count", test_cpu_count, 0},
@@ -406,6 +463,7 @@ static const tu_case_t cases[] = {
   {"churn", test_churn, 0},
   {"fork", test_fork, 0},
   {"foreign", test_foreign, 0},
+  {"foreign_idle", test_foreign_idle, 0},
 };
 
 int main(int argc, char **argv)
