@@ -243,13 +243,14 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
   if (likely(map_fast_is_region(i))) {
     slab_t *s = slab_of_entry(i, p);
     /* the profiling library's sampled blocks are freed by inner pointers */
-    if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
-      free_block(heap, s, p);
-      maybe_tick(heap);
-      return;
-    }
     /* the heap's own Large block (a sampled one tells the profiler first) */
-    if (s->kind == SLAB_NONE && !prof_on && large_free_hot(heap, p)) {
+    if (s->kind == SLAB_NONE) {
+      if (likely(!prof_on) && large_free_hot(heap, p)) {
+        maybe_tick(heap);
+        return;
+      }
+    } else if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
+      free_block(heap, s, p);
       maybe_tick(heap);
       return;
     }

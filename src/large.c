@@ -229,7 +229,7 @@ void *large_alloc_hot(heap_t *heap, size_t size) {
  * kept, 0 when the locked path is to free it (not one of heap's blocks of a
  * hot class, stacks full), -1 when p sits on the stack already (a double
  * free). */
-static int hot_push(heap_t *heap, void *p) {
+hak_inline int hot_push(heap_t *heap, void *p) {
   region_t *reg = region_of(p);
   const run_chunk_t *ch = &reg->pages;
   uintptr_t off = (uintptr_t)p - (uintptr_t)ch->base; /* below base: above REGION_SIZE */
