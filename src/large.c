@@ -201,14 +201,23 @@ static void hot_send(heap_t *heap, unsigned c, uint32_t n, uint64_t now, long de
   h->n[c] = (uint8_t)(h->n[c] - n);
 }
 
+/* When the blocks on the stacks were freed, at the earliest: at the last
+ * drain. They age in the cache from then, so that no block stays resident
+ * more than about a purge delay after its free (a cached one stays that). */
+static uint64_t hot_freed_ms(const heap_t *heap, uint64_t now) {
+  uint64_t t = heap->lhot.drained_ms;
+  return t && t < now ? t : now;
+}
+
 /* Every stack back to the cache. */
 static void hot_drain(heap_t *heap, uint64_t now) {
+  uint64_t freed = hot_freed_ms(heap, now);
   heap->lhot.drained_ms = now;
   if (heap->lhot.bytes == 0) return;
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   heap_lock(heap);
   for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++)
-    if (heap->lhot.n[c]) hot_send(heap, c, heap->lhot.n[c], now, delay);
+    if (heap->lhot.n[c]) hot_send(heap, c, heap->lhot.n[c], freed, delay);
   heap_unlock(heap);
 }
 
@@ -249,7 +258,7 @@ hak_inline int hot_push(heap_t *heap, void *p) {
   if (n == LARGE_HOT_DEPTH) {
     long delay = policy_knob(KNOB_PURGE_DELAY_MS);
     heap_lock(heap);
-    hot_send(heap, c, LARGE_HOT_DEPTH / 2, os_now_ms(), delay);
+    hot_send(heap, c, LARGE_HOT_DEPTH / 2, hot_freed_ms(heap, os_now_ms()), delay);
     heap_unlock(heap);
     n = h->n[c];
   }
