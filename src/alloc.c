@@ -139,7 +139,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
     hak_tls_view.sample_left = INT64_MAX; /* not profiling: the count never runs out */
   }
   if (size > SMALL_MAX) {
-    learn_tick(size, 0);
+    learn_alloc(size);
     if (align <= MIN_ALIGN && !zero && (p = large_alloc_hot(heap, size)) != NULL) return p;
   }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;

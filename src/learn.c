@@ -82,7 +82,7 @@
 #define START_WARM 8
 #define STRATEGY_SPEED 1
 
-static _Atomic int resume = -1; /* idle: the strategy to go back to */
+int learn_resume_to = -1; /* idle: the strategy to go back to (__atomic builtins) */
 static _Atomic bool woken;        /* the program was active while idle */
 static _Atomic uint64_t last_sample_ms;
 static _Atomic uint64_t allocs, alloc_bytes; /* Large and Huge allocations so far */
@@ -146,7 +146,7 @@ static double fault_us(void) {
 
 int learn_current(void) { return policy_current(); }
 void learn_start(int strategy) { policy_set(strategy); }
-int learn_resume(void) { return atomic_load_explicit(&resume, memory_order_relaxed); }
+int learn_resume(void) { return __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED); }
 double learn_rating(int s) { return L.rating[s]; }
 
 void learn_reset(void) {
@@ -157,7 +157,7 @@ void learn_reset(void) {
     L.ran_ms[i] = L.ran_epochs[i] = 0;
   }
   L.epochs = 0;
-  atomic_store_explicit(&resume, -1, memory_order_relaxed);
+  __atomic_store_n(&learn_resume_to, -1, __ATOMIC_RELAXED);
   L.rng = (uint64_t)hak_option(OPT_LEARN_SEED) * 0x9E3779B97F4A7C15ull | 1;
   policy_set(-1);
   policy_current(); /* picks the first strategy and sets its knobs */
@@ -447,8 +447,8 @@ static int idle_choice(int s, uint64_t now) {
     double c = held_price(L.quiet_cf_mib_ms[t]) / secs;
     if (t != s && c < least) next = t, least = c;
   }
-  if (next != s && atomic_load_explicit(&resume, memory_order_relaxed) < 0)
-    atomic_store_explicit(&resume, s, memory_order_relaxed);
+  if (next != s && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) < 0)
+    __atomic_store_n(&learn_resume_to, s, __ATOMIC_RELAXED);
   return next;
 }
 
@@ -457,7 +457,7 @@ static int idle_choice(int s, uint64_t now) {
 static void idle_over(uint64_t now) {
   int s = policy_current();
   L.ran_ms[s] += now - L.start_ms;
-  run_next(s, atomic_exchange_explicit(&resume, -1, memory_order_relaxed), now);
+  run_next(s, __atomic_exchange_n(&learn_resume_to, -1, __ATOMIC_RELAXED), now);
 }
 
 /* The least cost each leaner rival t could have had this epoch instead of s:
@@ -498,7 +498,7 @@ static void epoch_end(uint64_t now) {
 /* A sample; event: the program allocated or freed, which ends an idle
  * stretch at once. */
 static void sample(bool event, uint64_t now) {
-  bool back = event && atomic_load_explicit(&resume, memory_order_relaxed) >= 0;
+  bool back = event && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) >= 0;
   if (!back && now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < LEARN_SAMPLE_MS) return;
   if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
   atomic_store_explicit(&last_sample_ms, now, memory_order_relaxed);
@@ -522,7 +522,7 @@ static void sample(bool event, uint64_t now) {
   quiet_sample(now);
   sample_held(now);
   L.sample_ms = now;
-  if ((back || L.quiet_since == now) && atomic_load_explicit(&resume, memory_order_relaxed) >= 0) {
+  if ((back || L.quiet_since == now) && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) >= 0) {
     idle_over(now);
   } else if (L.warming && epoch_over(now, 1)) {
     L.warming--;
@@ -534,41 +534,31 @@ static void sample(bool event, uint64_t now) {
   /* a free that found the lock taken (this very sample may have begun the
    * idle stretch) ends it now rather than at the next allocation */
   if (atomic_exchange_explicit(&woken, false, memory_order_relaxed) &&
-      atomic_load_explicit(&resume, memory_order_relaxed) >= 0)
+      __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) >= 0)
     idle_over(now);
   hak_unlock(&L.lock);
 }
 
-/* Each thread counts its Large and Huge allocations and adds them to the
- * process's counts every COUNT_BATCH of them (or when an idle stretch ends):
- * a count shared by every thread, and the clock read to sample, cost more
- * than the allocation's own work. */
-#define COUNT_BATCH 16
-static __thread struct {
-  uint32_t n;
-  uint64_t bytes;
-} pending __attribute__((tls_model("initial-exec")));
+__thread learn_pending_t learn_pending __attribute__((tls_model("initial-exec")));
 
 static void flush_pending(void) {
-  atomic_fetch_add_explicit(&allocs, pending.n, memory_order_relaxed);
-  atomic_fetch_add_explicit(&alloc_bytes, pending.bytes, memory_order_relaxed);
-  pending.n = 0;
-  pending.bytes = 0;
+  atomic_fetch_add_explicit(&allocs, learn_pending.n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&alloc_bytes, learn_pending.bytes, memory_order_relaxed);
+  learn_pending.n = 0;
+  learn_pending.bytes = 0;
 }
 
 void learn_tick(size_t alloc, uint64_t now) {
   if (!learning()) return;
   if (alloc) {
-    pending.n++;
-    pending.bytes += alloc;
-    if (pending.n < COUNT_BATCH && atomic_load_explicit(&resume, memory_order_relaxed) < 0) return;
+    learn_pending.n++;
+    learn_pending.bytes += alloc;
   }
-  if (pending.n) flush_pending();
+  if (learn_pending.n) flush_pending();
   sample(alloc != 0, now ? now : os_now_ms());
 }
 
-void learn_active(void) {
-  if (likely(atomic_load_explicit(&resume, memory_order_relaxed) < 0)) return;
+void learn_wake(void) {
   atomic_store_explicit(&woken, true, memory_order_relaxed);
   sample(true, os_now_ms());
 }

@@ -5,6 +5,7 @@
 #define HAKMEM_LEARN_H
 
 #include "out.h"
+#include "options.h"
 #include "policy.h"
 
 /* The learner samples at most once per LEARN_SAMPLE_MS. */
@@ -15,9 +16,38 @@
  * memory held above live, and at the end of an epoch rates the strategy that
  * ran and picks the next. Cheap when no sample is due. */
 void learn_tick(size_t alloc_bytes, uint64_t now);
+
+/* The strategy to go back to when an idle stretch ends; -1 while not idle
+ * (__atomic builtins). */
+extern int learn_resume_to;
+void learn_wake(void);
 /* Called when the program frees or takes a slab or a huge block: ends an
  * idle stretch at once. One load when not idle. */
-void learn_active(void);
+hak_inline void learn_active(void) {
+  if (unlikely(__atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) >= 0)) learn_wake();
+}
+
+/* Each thread counts its Large and Huge allocations and adds them to the
+ * process's counts every LEARN_COUNT_BATCH of them (or when an idle stretch
+ * ends): a count shared by every thread, and the clock read to sample, cost
+ * more than the allocation's own work. */
+#define LEARN_COUNT_BATCH 16
+typedef struct {
+  uint32_t n;
+  uint64_t bytes;
+} learn_pending_t;
+extern __thread learn_pending_t learn_pending __attribute__((tls_model("initial-exec")));
+/* learn_tick(bytes, 0) for an allocation of bytes, inline while nothing is due. */
+hak_inline void learn_alloc(size_t bytes) {
+  learn_pending_t *q = &learn_pending;
+  if (likely(q->n + 1 < LEARN_COUNT_BATCH && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) < 0 &&
+             hak_option_on(OPT_LEARN))) {
+    q->n++;
+    q->bytes += bytes;
+    return;
+  }
+  learn_tick(bytes, 0);
+}
 
 /* The rating step on its own: the strategy that ran showed a cost, os_cost
  * of it in the OS and mem_cost for memory held (both weighted); returns the
