@@ -182,7 +182,7 @@ static void free_locked(heap_t *heap, run_t r, bool cache, uint64_t now, long de
  * tick sends every stack there once per purge delay, from where the blocks
  * go back as the cache's do. Off in the secure build, whose frees are all
  * checked under the lock. */
-#define HOT_MAX_BYTES ((size_t)8 << 20)
+#define HOT_MAX_BYTES ((size_t)16 << 20)
 _Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(CLASS_MAX / SMALL_MAX) * 8, "the classes up to CLASS_MAX");
 
 /* Sends blocks [0, n) of hot class c back under the lock (held), as freed
