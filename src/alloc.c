@@ -242,13 +242,13 @@ static hak_noinline void free_slow(void *p, heap_t *heap) {
   size_t i = map_index(p);
   if (likely(map_fast_is_region(i))) {
     slab_t *s = slab_of_entry(i, p);
-    /* the profiling library's sampled blocks are freed by inner pointers */
     /* the heap's own Large block (a sampled one tells the profiler first) */
     if (s->kind == SLAB_NONE) {
       if (likely(!prof_on) && large_free_hot(heap, p)) {
         maybe_tick(heap);
         return;
       }
+      /* the profiling library's sampled blocks are freed by inner pointers */
     } else if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
       free_block(heap, s, p);
       maybe_tick(heap);

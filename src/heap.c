@@ -372,7 +372,6 @@ static void heap_foreign_flush(heap_t *heap) {
     if (heap->foreign[cls].capacity != heap->foreign[cls].used) foreign_send(heap, &heap->foreign[cls]);
 }
 
-
 /* ---- sampling views ------------------------------------------------------ */
 
 /* A proxy's fields: free, the chain the fast path takes from (its used

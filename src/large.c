@@ -156,7 +156,7 @@ static run_t block_run(const void *p, heap_t **heapp) {
  * the blocks on the owner's stacks count against it. */
 static size_t cache_pages(const heap_t *heap) {
   size_t bound = MAX(CACHE_MIN_BYTES, heap->large_classed / 2), hot = __atomic_load_n(&heap->lhot.bytes, __ATOMIC_RELAXED);
-  return (bound > hot ? bound - hot : 0) >> os_page_log2(); /* what the owner's stacks keep counts */
+  return (bound > hot ? bound - hot : 0) >> os_page_log2();
 }
 
 /* Frees allocated run r of heap (its lock held): to its class's cache, or
@@ -273,13 +273,13 @@ bool large_free_hot(heap_t *heap, void *p) { return policy_knob(KNOB_PURGE_DELAY
 
 bool large_free(void *p, bool cache) {
   heap_t *heap = heap_get();
-  int hot = cache && policy_knob(KNOB_PURGE_DELAY_MS) != 0 ? hot_push(heap, p) : 0;
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  int hot = cache && delay != 0 ? hot_push(heap, p) : 0;
   if (hot) return hot > 0;
   run_t r = block_run(p, &heap);
   if (r.chunk == NULL) return false;
   stat_free(STAT_ROW_LARGE, run_bytes(r), true);
   uint64_t now = os_now_ms();
-  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   free_locked(heap, r, cache, now, delay);
   heap_unlock(heap);
   if (delay == 0) heap_purge(heap, now, 0, true, NULL);

@@ -51,5 +51,4 @@ long policy_knob_of(int s, knob_t knob) {
   return v == FROM_OPTION || hak_option_given(opt) ? hak_option(opt) : v;
 }
 
-
 const char *policy_name(int s) { return strategies[s].name; }
