@@ -41,7 +41,7 @@ typedef struct {
   void *blk[LARGE_HOT_CLASSES][LARGE_HOT_DEPTH]; /* oldest first */
   uint8_t n[LARGE_HOT_CLASSES];
   size_t bytes; /* in all stacks (written by the owner; others read it with __atomic_load_n) */
-  uint64_t drained_ms;  /* when the tick last sent them back */
+  uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;
 
 _Static_assert(NUM_CLASSES <= 64, "gathered_classes has a bit per class");

@@ -202,8 +202,9 @@ static void hot_send(heap_t *heap, unsigned c, uint32_t n, uint64_t now, long de
 }
 
 /* When the blocks on the stacks were freed, at the earliest: at the last
- * drain. They age in the cache from then, so that no block stays resident
- * more than about a purge delay after its free (a cached one stays that). */
+ * drain, or the last tick that found them empty. They age in the cache
+ * from then, so that no block stays resident more than about a purge delay
+ * after its free (a cached one stays that). */
 static uint64_t hot_freed_ms(const heap_t *heap, uint64_t now) {
   uint64_t t = heap->lhot.drained_ms;
   return t && t < now ? t : now;
@@ -289,8 +290,11 @@ bool large_free(void *p, bool cache) {
 #define HOT_TICK_MIN_MS 50
 void large_tick(heap_t *heap, uint64_t now) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
-  if (heap->lhot.bytes && delay >= 0 && now - heap->lhot.drained_ms >= (uint64_t)MAX(delay, HOT_TICK_MIN_MS))
-    hot_drain(heap, now);
+  if (heap->lhot.bytes == 0) {
+    heap->lhot.drained_ms = now; /* what is pushed from now on was freed after it */
+    return;
+  }
+  if (delay >= 0 && now - heap->lhot.drained_ms >= (uint64_t)MAX(delay, HOT_TICK_MIN_MS)) hot_drain(heap, now);
 }
 
 void large_hot_release(heap_t *heap) { hot_drain(heap, os_now_ms()); }
