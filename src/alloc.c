@@ -198,8 +198,10 @@ hak_inline void free_block(heap_t *heap, slab_t *s, block_t *b) {
   bool local = slab_heap(s) == heap;
   harden_on_free(s, b);
   stat_free(s->cls, s->bsize, local);
-  if (local) {
+  if (local && HAKMEM_SECURE) { /* flags set: the slab may be full, set aside */
     heap_free_local_slow(heap, s, b);
+  } else if (local) {
+    heap_free_local(heap, s, b);
   } else {
     heap_free_remote(heap, s, b);
   }
@@ -265,11 +267,8 @@ hak_inline void free_inline(void *p) {
     slab_t *s = slab_of_entry(i, p);
     /* the secure build checks the pointer with the rest (harden_on_free) */
     if (likely(slab_owned_by(s, heap) && (HAKMEM_SECURE || slab_block_at(s, p)))) {
-      block_t *b = p;
-      harden_on_free(s, b);
-      block_link(s, b, s->free);
-      s->free = b;
-      if (unlikely(--s->used == 0)) heap_slab_empty(heap, s);
+      harden_on_free(s, p);
+      heap_free_local(heap, s, p);
       return;
     }
   }

@@ -184,7 +184,7 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   }
   if (s->bump >= s->end) return false;
   size_t n = heap_carve_count(heap, s->cls);
-  slab_carve(s, n, carve_populate_pages(n >= carve_hot(s->cls)));
+  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(n >= carve_hot(s->cls)));
   return true;
 }
 
@@ -405,6 +405,26 @@ void heap_sample_settle(heap_t *heap, unsigned cls) {
   heap->sample_left += (int64_t)left * s->bsize;
 }
 
+/* Moves the first blocks of s's list, at most max (at least one: the list
+ * is not empty), to a list of their own that ends at c's head, as if
+ * allocated from s; their number, the last in *last. The first `ordered`
+ * blocks of the list lie in address order, a carve's (slab_carve): those
+ * are counted off without a walk. */
+static uint32_t list_cut(slab_t *s, slab_t *c, uint32_t max, uint32_t ordered, block_t **last) {
+  block_t *l = s->free;
+  uint32_t n = 1;
+  if (ordered > 1 && !HAKMEM_SECURE) {
+    n = MIN(max, ordered);
+    l = (block_t *)((char *)l + (size_t)(n - 1) * s->bsize);
+  }
+  for (block_t *b; n < max && (b = block_next(s, l)) != NULL; n++) l = b;
+  slab_set_list(s, block_next(s, l));
+  block_link(c, l, slab_end(c));
+  s->used += n;
+  *last = l;
+  return n;
+}
+
 /* The view of slab s while sampling: a proxy holding the blocks of s->free
  * that fit before the next sample, charged to sample_left; the empty view
  * when not one does (the next allocation of the class is counted by the
@@ -413,13 +433,9 @@ void heap_sample_settle(heap_t *heap, unsigned cls) {
 static slab_t *proxy_cut(heap_t *heap, slab_t *s) {
   int64_t fit = heap->sample_left / (int64_t)s->bsize;
   if (HAKMEM_SECURE || fit <= 0 || !slab_has_free(s)) return &heap->empty;
-  block_t *first = s->free, *last = first;
-  uint32_t n = 1;
-  for (block_t *b; n < fit && (b = block_next(s, last)) != NULL; n++) last = b;
-  slab_set_list(s, block_next(s, last));
   slab_t *px = &heap->proxy[s->cls];
-  block_link(px, last, slab_end(px)); /* the chain ends at the proxy's own head */
-  s->used += n;
+  block_t *first = s->free, *last;
+  uint32_t n = list_cut(s, px, (uint32_t)MIN(fit, UINT32_MAX), 0, &last);
   heap->sample_left -= (int64_t)n * s->bsize;
   px->free = first;
   px->used = 0;
@@ -477,7 +493,7 @@ static void heap_collect_remote(heap_t *heap) {
   while (s) {
     slab_t *next = s->remote_next; /* read first: s may be pushed again at once */
     bool wiped;
-    if (slab_collect_remote(s, &wiped)) {
+    if (slab_collect_remote(s, HAKMEM_SECURE || heap->tc[s->cls].free == NULL ? NULL : &heap->tc[s->cls], &wiped)) {
       if (wiped) heap_lock(heap), heap_unlock(heap);
       if (slab_owner(s) & SLAB_F_FULL) {
         slab_clear_full(s);
@@ -489,14 +505,107 @@ static void heap_collect_remote(heap_t *heap) {
   }
 }
 
-void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) {
+/* The chain head..tail of n of s's blocks, linked, goes onto s's list. */
+static void slab_give(heap_t *heap, slab_t *s, block_t *head, block_t *tail, uint32_t n) {
   if (slab_owner(s) & SLAB_F_FULL) {
     slab_clear_full(s);
     queue_push(heap, s);
   }
-  block_link(s, b, s->free);
-  s->free = b;
-  if (--s->used == 0) heap_slab_empty(heap, s);
+  block_link(s, tail, s->free);
+  s->free = head;
+  if ((s->used -= n) == 0) heap_slab_empty(heap, s);
+}
+
+void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) { slab_give(heap, s, b, b, 1); }
+
+/* ---- the tcache (owner only) ------------------------------------------------- */
+
+/* Blocks a class's tcache holds at most (its capacity): at first TC_BYTES
+ * of them, at least TC_MIN blocks and at most TC_MAX; half of it moves at
+ * once, either way. One that fills up after a refill (a program that frees
+ * batches as large as it allocates) doubles instead, up to TC_GROW_BYTES or
+ * TC_GROW_MAX blocks; the tick takes it back to the start. */
+#define TC_BYTES 65536
+#define TC_MIN 8
+#define TC_MAX 128
+#define TC_GROW_BYTES (1 << 20)
+#define TC_GROW_MAX 1024
+/* A refill takes TC_BATCH_MIN blocks at first, twice as many at each next
+ * one up to half the capacity, half as many after the tcache filled up:
+ * a thread that allocates a few blocks of a class does not take (and give
+ * back at exit) a batch it never uses. */
+#define TC_BATCH_MIN 8
+static uint32_t tc_limit(unsigned cls) { return MIN(MAX(TC_BYTES / hak_class_size[cls], TC_MIN), TC_MAX); }
+static uint32_t tc_grow_limit(unsigned cls) { return MIN(MAX(TC_GROW_BYTES / hak_class_size[cls], TC_MIN), TC_GROW_MAX); }
+
+/* Sends the first blocks of list b (which ends at c's head), at most max,
+ * to their slabs' own lists; returns the rest of the list, *sent the number
+ * sent. Each is taken first, all of them before any goes: a block freed
+ * twice, listed twice, is found (harden_list_broken: the rest is dropped)
+ * and goes once. */
+static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint32_t *sent) {
+  block_t *end = slab_end(c), *first = b;
+  uint32_t n = 0;
+  for (; b != end && n < max; n++) {
+    if (unlikely(!block_take(b))) {
+      harden_list_broken(b); /* returns only to drop the rest */
+      b = end;
+      break;
+    }
+    b = b->next;
+  }
+  *sent = n;
+  /* runs of blocks of one slab (freed in the order they were allocated)
+   * go onto its list as they are linked */
+  for (block_t *x = first; n;) {
+    slab_t *xs = slab_of(x);
+    block_t *tail = x, *next = x->next;
+    uint32_t k = 1;
+    for (n--; n && slab_of(next) == xs; n--, k++) {
+      block_link(xs, tail, next);
+      tail = next;
+      next = next->next;
+    }
+    slab_give(heap, xs, x, tail, k);
+    x = next;
+  }
+  return b;
+}
+
+void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
+  if (c == s) { /* the slab's own list */
+    heap_slab_empty(heap, s);
+    return;
+  }
+  uint64_t bit = UINT64_C(1) << c->cls;
+  if ((heap->tc_refilled & bit) && c->capacity < tc_grow_limit(c->cls)) {
+    heap->tc_refilled &= ~bit;
+    c->used = c->capacity; /* as many blocks again */
+    c->capacity *= 2;
+    return;
+  }
+  heap->tc_refilled &= ~bit;
+  heap->tc_batch[c->cls] /= 2;
+  /* the older half goes: the next malloc still takes the block freed last */
+  uint32_t keep = (c->capacity - c->used) / 2, sent;
+  block_t *last = c->free;
+  for (uint32_t i = 1; i < keep; i++) last = block_link_of(c, last);
+  block_t *old = block_link_of(c, last);
+  block_link(c, last, slab_end(c));
+  c->used = c->capacity - keep;
+  tc_send(heap, c, old, UINT32_MAX, &sent);
+}
+
+/* Every block of the tcache of cls goes back to its slab. */
+static void tc_drain(heap_t *heap, unsigned cls) {
+  slab_t *c = &heap->tc[cls];
+  if (c->free == NULL) return;
+  block_t *b = c->free;
+  slab_set_list(c, NULL);
+  c->capacity = c->used = tc_limit(cls);
+  heap->tc_batch[cls] = 0;
+  uint32_t sent;
+  if (b != slab_end(c)) tc_send(heap, c, b, UINT32_MAX, &sent);
 }
 
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
@@ -505,6 +614,14 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   if (s == NULL) return NULL;
   if (!dirty) atomic_fetch_add_explicit(&heap_fresh_slab_bytes, (size_t)s->units * UNIT_SIZE, memory_order_relaxed);
   slab_init(s, heap, hak_stats_enabled ? SLAB_F_SLOW : 0, cls, !dirty);
+  s->tc_off = (uint16_t)(offsetof(heap_t, tc) + cls * sizeof(slab_t));
+  slab_t *c = &heap->tc[cls];
+  if (c->free == NULL) { /* the class's first slab: its tcache starts empty */
+    slab_set_list(c, NULL);
+    c->capacity = c->used = tc_limit(cls);
+    c->bsize = hak_class_size[cls];
+    c->cls = (uint8_t)cls;
+  }
   return s;
 }
 
@@ -512,6 +629,7 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
  * out of memory. */
 static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
+  heap->carved = 0;
   /* Blocks other threads freed go out again before fresh ones are carved. */
   if (!slab_has_free(s) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap);
   if (heap_slab_ready(heap, s)) return s;
@@ -528,6 +646,38 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   return heap_slab_ready(heap, s) ? s : NULL;
 }
 
+/* An allocation of cls from its tcache, refilled from the current slab
+ * when empty; the fast path is pointed at it (with statistics on, at none:
+ * every allocation is counted here). */
+static void *heap_tc_alloc(heap_t *heap, unsigned cls) {
+  slab_t *c = &heap->tc[cls];
+  block_t *b = c->free;
+  if (b == NULL || b == slab_end(c)) {
+    slab_t *s = heap_find_slab(heap, cls);
+    if (s == NULL) {
+      if (heap->active[cls] != &heap->empty) heap_set_active(heap, cls, &heap->empty);
+      return NULL;
+    }
+    b = s->free;
+    uint32_t want = MIN(MAX(heap->tc_batch[cls], TC_BATCH_MIN), c->capacity / 2);
+    heap->tc_batch[cls] = (uint16_t)MIN(want * 2, c->capacity / 2);
+    c->used = c->capacity - list_cut(s, c, want, heap->carved, &(block_t *){NULL});
+    c->free = b;
+    heap->tc_refilled |= UINT64_C(1) << cls;
+  }
+  if (unlikely(!slab_take(c, b))) {
+    harden_list_broken(b); /* returns only to drop the list: its blocks are lost, not handed out twice */
+    slab_set_list(c, NULL);
+    c->used = c->capacity;
+    return heap_tc_alloc(heap, cls);
+  }
+  slab_pop_taken(c, b);
+  slab_t *view = hak_stats_enabled ? &heap->empty : c;
+  if (heap->active[cls] != view) heap_set_active(heap, cls, view);
+  stat_alloc(cls, c->bsize);
+  return b;
+}
+
 /* The fast path is pointed at the slab found (with statistics on, at none:
  * every allocation is counted here), and only when that changes. */
 void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
@@ -542,6 +692,8 @@ void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
     slab_set_list(fc, NULL);
   }
   if (fc) fc->capacity = fc->used = 0;
+  if (!HAKMEM_SECURE && likely(heap->proxy == NULL)) return heap_tc_alloc(heap, cls);
+  tc_drain(heap, cls); /* sampling: the proxies are cut from the slabs' lists */
   slab_t *s = heap_find_slab(heap, cls);
   if (s == NULL) {
     if (heap->active[cls] != &heap->empty) heap_set_active(heap, cls, &heap->empty);
@@ -588,6 +740,7 @@ void heap_tick(heap_t *heap, uint64_t now) {
   if (delay < 0 || now - heap->sparse_at_ms < (uint64_t)MAX(delay, TICK_MIN_MS)) return;
   heap->sparse_at_ms = now;
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    tc_drain(heap, cls);
     slab_t *s = heap->cur[cls];
     if (s != &hak_slab_empty && s->used == 1 && s->bump - slab_start(s) > (ptrdiff_t)UNIT_SIZE)
       heap_drop_cur(heap, cls);
@@ -677,9 +830,10 @@ heap_t *heap_init_thread(void) {
 }
 
 /* Empty slabs the heap keeps (its spares, emptied current slabs) go back. */
-static void heap_release_empty(heap_t *heap) {
+static void heap_release_empty(heap_t *heap, bool tc) {
   heap_collect_remote(heap);
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    if (tc) tc_drain(heap, cls);
     if (heap->proxy) {
       heap_sample_settle(heap, cls);
       heap_set_active(heap, cls, &heap->empty); /* not a proxy's stale view */
@@ -696,7 +850,7 @@ static void heap_release_empty(heap_t *heap) {
 size_t heap_trim(heap_t *heap) {
   heap_foreign_flush(heap);
   heap_publish_gathered(heap, true, 0);
-  heap_release_empty(heap);
+  heap_release_empty(heap, true);
   size_t n = heap_purge_sparse(heap);
   return n + heap_purge(heap, os_now_ms(), 0, true, NULL);
 }
@@ -750,7 +904,8 @@ static void heap_abandon(heap_t *heap) {
   heap_foreign_flush(heap);
   heap_publish_gathered(heap, true, 0);
   atomic_fetch_sub_explicit(&heaps_running, 1, memory_order_relaxed);
-  heap_release_empty(heap);
+  heap_release_empty(heap, false); /* the tcaches stay, warm, for the adopter (heap_tick_abandoned) */
+  heap->abandoned_ms = os_now_ms();
   heap_lock(heap);
   size_t purged = run_purge_due(&heap->pages, &heap->lock, os_now_ms(), UINT64_MAX, ABANDON_KEEP_BYTES >> heap->pages.page_shift);
   heap_unlock(heap);
@@ -764,7 +919,17 @@ static void heap_abandon(heap_t *heap) {
 
 void heap_trim_abandoned(void) {
   hak_lock(&heaps_lock);
-  for (heap_t *h = abandoned; h; h = h->next_abandoned) heap_release_empty(h);
+  for (heap_t *h = abandoned; h; h = h->next_abandoned) heap_release_empty(h, true);
+  hak_unlock(&heaps_lock);
+}
+
+void heap_tick_abandoned(uint64_t now, uint64_t delay) {
+  if (!hak_trylock(&heaps_lock)) return; /* a thread starting or ending: the next round */
+  for (heap_t *h = abandoned; h; h = h->next_abandoned)
+    if (h->abandoned_ms && now - h->abandoned_ms >= delay) {
+      heap_release_empty(h, true);
+      h->abandoned_ms = 0;
+    }
   hak_unlock(&heaps_lock);
 }
 

@@ -73,6 +73,7 @@ struct heap_s {
   uint64_t gathered_ms;             /* when the tick last looked at them */
   uint8_t gather_skip[NUM_CLASSES]; /* frees of the class still to publish at once (heap.c) */
   heap_t *next_abandoned;
+  uint64_t abandoned_ms; /* when, while its tcaches are still to drain (under heaps_lock) */
   heap_t *next_all;
   slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */
   /* blocks of other heaps' slabs that this thread freed, kept for its own
@@ -87,8 +88,16 @@ struct heap_s {
   /* last: heap_new leaves them as fresh memory (zero), so that only the
    * classes a program frees into are ever touched */
   large_hot_t lhot;   /* the owner's, without the lock (large.c) */
+  /* the owner's tcache: a list per class of the blocks it freed last,
+   * whichever slab they lie in, which its mallocs take first (heap.c);
+   * zero until the class's first slab */
+  slab_t tc[NUM_CLASSES];
+  uint64_t tc_refilled; /* bit cls: its tcache was refilled since it last filled up */
+  uint16_t tc_batch[NUM_CLASSES]; /* blocks the class's next refill takes (heap.c) */
+  uint32_t carved;      /* blocks heap_find_slab carved onto the list it found, in address order (0: none) */
   run_cache_t lcache; /* under lock: Large blocks freed last, by class (large.c) */
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(heap_t, tc) + sizeof(slab_t) * NUM_CLASSES <= UINT16_MAX, "a slab's tc_off reaches its tcache");
 
 /* "No slab": the current slab of a class that has none, and the views of
  * hak_heap_empty, the heap of a thread that has not allocated yet. */
@@ -134,8 +143,58 @@ void *heap_alloc_small_slow(heap_t *heap, unsigned cls);
  * to sample_left, before the slow path counts an allocation of cls. */
 bool heap_sampling_start(heap_t *heap, int64_t first);
 void heap_sample_settle(heap_t *heap, unsigned cls);
-/* A local free into a slab whose owner word carries flags. */
+/* Block b of slab s goes back onto s's own list (the tcache's overflow, and
+ * the secure build's frees into a slab whose owner word carries flags). */
 void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
+/* The tcache of a class holds capacity - used blocks, linked as a slab's
+ * list. The owner's frees push onto it, so that the next malloc of the class
+ * hands out the block freed last, still in the cache, whichever of its slabs
+ * holds it; its blocks count as used in their slabs. A full one sends its
+ * older half to their slabs (heap_tc_full), an empty one takes a batch from
+ * the current slab. The secure build, whose links are keyed per slab, has
+ * none: its frees go onto the slab's own list, as c = s. */
+hak_inline slab_t *heap_tc_of(heap_t *heap, slab_t *s) {
+  return HAKMEM_SECURE ? s : (slab_t *)((char *)heap + s->tc_off);
+}
+/* c, the list the free of a block of s went onto, reached its limit (c = s:
+ * s emptied). */
+void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s);
+/* Pushes b onto the list at heap + off (a tcache); whether it is full now.
+ * On x86-64 it is addressed as base and index, with no register for its
+ * address: one instruction less on free's fast path. */
+#if HAK_ASM_EQ
+#define tc_push(heap, off, b)                                                                       \
+  __extension__({                                                                                   \
+    uintptr_t link_ = BLOCK_FREE_BIT;                                                               \
+    bool full_;                                                                                     \
+    __asm__("orq %c[f](%[h],%[o]), %[l]\n\tmovq %[l], (%[b])\n\t"                                    \
+            "movq %[b], %c[f](%[h],%[o])\n\tsubl $1, %c[u](%[h],%[o])"                                \
+            : [l] "+&r"(link_), "=@ccz"(full_)                                                      \
+            : [h] "r"(heap), [o] "r"((uintptr_t)(off)), [b] "r"(b), [f] "i"(offsetof(slab_t, free)), \
+              [u] "i"(offsetof(slab_t, used))                                                       \
+            : "memory");                                                                            \
+    full_;                                                                                          \
+  })
+#else
+#define tc_push(heap, off, b)                                   \
+  __extension__({                                               \
+    slab_t *c_ = (slab_t *)((char *)(heap) + (off));            \
+    block_link(c_, (b), c_->free);                              \
+    c_->free = (b);                                             \
+    --c_->used == 0;                                            \
+  })
+#endif
+
+/* The owner frees b, a block of its slab s. */
+hak_inline void heap_free_local(heap_t *heap, slab_t *s, block_t *b) {
+  if (HAKMEM_SECURE) {
+    block_link(s, b, s->free);
+    s->free = b;
+    if (unlikely(--s->used == 0)) heap_tc_full(heap, s, s);
+  } else if (unlikely(tc_push(heap, s->tc_off, b))) {
+    heap_tc_full(heap, heap_tc_of(heap, s), s);
+  }
+}
 /* Slab s's last block came back (its used count fell to 0). */
 void heap_slab_empty(heap_t *heap, slab_t *s);
 /* The calling thread, whose heap is heap, frees b, a block of slab s that
@@ -193,6 +252,9 @@ unsigned heap_threads_running(void);
 /* Abandoned heaps' remote frees collected and empty slabs released (their
  * pages then purged as every heap's are). */
 void heap_trim_abandoned(void);
+/* The same for those abandoned a purge delay ago or more, once each: their
+ * tcaches, which an abandoned heap keeps for the thread that adopts it. */
+void heap_tick_abandoned(uint64_t now, uint64_t delay);
 
 /* Hands the calling thread's heap back now, as thread exit does. */
 void heap_thread_done(void);

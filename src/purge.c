@@ -24,6 +24,7 @@ static bool purge_round(uint64_t now) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   bool pending = false;
   if (delay >= 0) {
+    heap_tick_abandoned(now, (uint64_t)delay);
     for (heap_t *h = heap_all(); h; h = h->next_all) heap_purge(h, now, (uint64_t)delay, false, &pending);
     region_pool_purge(now, (uint64_t)delay, false, &pending);
   }

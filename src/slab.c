@@ -64,7 +64,7 @@ void slab_reset(slab_t *s) {
  * them faulted in with one call (kernels before 5.14 refuse it, and are not
  * asked again). Only the carved blocks' pages: the rest of the slab may
  * never be needed. */
-void slab_carve(slab_t *s, size_t n, unsigned populate_pages) {
+size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages) {
   hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < s->end);
   size_t bsize = s->bsize;
   char *b = s->bump, *last = b + (n - 1) * bsize;
@@ -84,6 +84,7 @@ void slab_carve(slab_t *s, size_t n, unsigned populate_pages) {
   }
   __atomic_store_n(&s->bump, last + bsize, __ATOMIC_RELAXED);
   stat_refill(s->cls);
+  return n;
 }
 
 /* ---- pages of a sparse slab --------------------------------------------- */
@@ -301,12 +302,28 @@ bool slab_wipe(slab_t *s, uint64_t word) {
   return true;
 }
 
+/* Whether block b is on list c (a list of the owner's that holds blocks of
+ * several slabs, as a slab's does its own). Its link tells first: a block
+ * on a list links to a block or a list's head, an aligned user-space
+ * address with the free bit set, which a block handed out rarely holds
+ * there (the program's data); only such a word takes the walk. */
+#define LINK_SHAPE_MASK (~BLOCK_FREE_BIT & ~((UINT64_C(1) << 47) - 1))
+static bool list_holds(const slab_t *c, const block_t *b) {
+  uintptr_t v = (uintptr_t)b->next;
+  if (!(v & BLOCK_FREE_BIT) || (v & LINK_SHAPE_MASK) || (v & 7)) return false;
+  const block_t *x = slab_list(c);
+  for (uint32_t left = c->capacity - c->used; x && left; left--, x = block_next(c, x))
+    if (x == b) return true;
+  return false;
+}
+
 /* Takes the bits set and pushes their blocks onto the free list, the
  * highest first, so that the list runs up through memory; returns the
  * blocks. */
-static size_t remote_take(slab_t *s) {
+static size_t remote_take(slab_t *s, const slab_t *held, size_t *pushed) {
   _Atomic uint64_t *bits = remote_bits(s);
   size_t n = 0;
+  *pushed = 0;
   for (size_t i = remote_words(s); i-- > 0;) {
     if (!atomic_load_explicit(&bits[i], memory_order_relaxed)) continue;
     uint64_t v = atomic_exchange_explicit(&bits[i], 0, memory_order_acquire);
@@ -314,14 +331,19 @@ static size_t remote_take(slab_t *s) {
       unsigned j = 63 - (unsigned)__builtin_clzll(v);
       v &= ~(UINT64_C(1) << j);
       block_t *b = slab_block_by_index(s, i * 64 + j);
+      if (unlikely(held && list_holds(held, b))) {
+        harden_double_free(b); /* returns only to ignore the second free */
+        continue;
+      }
       block_link(s, b, s->free);
       s->free = b;
+      ++*pushed;
     }
   }
   return n;
 }
 
-size_t slab_collect_remote(slab_t *s, bool *wiped) {
+size_t slab_collect_remote(slab_t *s, const slab_t *held, bool *wiped) {
   uint64_t w = atomic_fetch_or_explicit(&s->remote, REMOTE_COLLECTING, memory_order_acq_rel);
   *wiped = false;
   if (w & REMOTE_WIPED) {
@@ -333,11 +355,11 @@ size_t slab_collect_remote(slab_t *s, bool *wiped) {
     *wiped = true;
     return n;
   }
-  size_t n = remote_take(s);
+  size_t pushed, n = remote_take(s, held, &pushed);
   uint64_t after = atomic_fetch_sub_explicit(&s->remote, n | REMOTE_COLLECTING, memory_order_acq_rel) - n;
   /* frees counted whose bits had not landed: the slab waits on the inbox for the next visit */
   if (remote_count(after)) inbox_push(s);
-  hak_assert(s->used >= n);
-  s->used -= (uint32_t)n;
-  return n;
+  hak_assert(s->used >= pushed);
+  s->used -= (uint32_t)pushed;
+  return pushed;
 }

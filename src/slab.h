@@ -55,10 +55,11 @@ hak_inline block_t *slab_pop_taken(slab_t *s, block_t *b) {
  * SLAB_F_*); fresh: its pages were never touched (or were purged). */
 void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh);
 /* Makes s->free n fresh blocks (1 <= n <= CARVE_MAX_BLOCKS) of those left
- * (the caller checks that some are). The pages of a fresh slab's new blocks
- * are faulted in at once, in one call, where they span populate_pages whole
- * pages or more (0: never). */
-void slab_carve(slab_t *s, size_t n, unsigned populate_pages);
+ * (the caller checks that some are), in address order but in the secure
+ * build; returns how many (fewer where the slab ends). The pages of a fresh
+ * slab's new blocks are faulted in at once, in one call, where they span
+ * populate_pages whole pages or more (0: never). */
+size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages);
 /* Forgets every block: the slab reads as freshly made (its pages may have
  * been returned). */
 void slab_reset(slab_t *s);
@@ -117,7 +118,9 @@ uint64_t slab_free_remote(slab_t *s, block_t *b);
 bool slab_wipe(slab_t *s, uint64_t word);
 /* Owner only, for a slab taken off its inbox: moves the blocks of the remote
  * bits onto the free list and returns them; a wiped slab is reset, all its
- * blocks free (*wiped set). */
-size_t slab_collect_remote(slab_t *s, bool *wiped);
+ * blocks free (*wiped set). A block already on list `held` (the owner's
+ * own list of freed blocks of its class; NULL: none) was freed twice: it is
+ * reported (harden_double_free) and stays where it is. */
+size_t slab_collect_remote(slab_t *s, const slab_t *held, bool *wiped);
 
 #endif

@@ -64,6 +64,7 @@ typedef struct slab_s {
   uint32_t capacity;             /* blocks */
   uint8_t cls;
   uint8_t kind;
+  uint16_t tc_off;               /* where its heap keeps its class's tcache: heap + tc_off (heap.h) */
   /* the owner's slow paths' */
   _Alignas(64) uint64_t key;     /* free-list link key (harden.h) */
   struct slab_s *next, *prev;    /* the heap's class queue, or its idle list */
