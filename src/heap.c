@@ -168,6 +168,9 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
  * to run at once (threads holding a heap, processors in the affinity mask)
  * the populating threads queue on it, and carves leave their pages to fault. */
 #define POPULATE_MAX_RUNNING 4
+/* A hot class's carve also populates this much of its slab past the carve:
+ * a growing class carves it soon, and one call then serves several carves. */
+#define POPULATE_AHEAD ((size_t)64 << 10)
 static unsigned carve_populate_pages(bool hot) {
   if (MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
   return hot ? 1 : 2;
@@ -184,7 +187,8 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   }
   if (s->bump >= s->end) return false;
   size_t n = heap_carve_count(heap, s->cls);
-  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(n >= carve_hot(s->cls)));
+  bool hot = n >= carve_hot(s->cls);
+  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(hot), hot ? POPULATE_AHEAD : 0);
   return true;
 }
 

@@ -14,6 +14,7 @@ void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh
   s->sparse_seen = 0;
   s->idle = s->purged = 0;
   s->fresh = fresh;
+  s->populated = NULL;
   s->bsize = (uint32_t)bsize;
   s->divc = UINT64_MAX / bsize + 1;
   if (HAKMEM_SECURE) s->key = harden_random() | 1;
@@ -54,6 +55,7 @@ static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
 void slab_reset(slab_t *s) {
   slab_set_list(s, NULL);
   s->fresh = 1;
+  s->populated = NULL;
   s->sparse[0] = s->sparse[1] = 0;
   s->sparse_seen = 0;
   __atomic_store_n(&s->bump, slab_first(s), __ATOMIC_RELAXED);
@@ -62,18 +64,24 @@ void slab_reset(slab_t *s) {
 /* A trapped page fault costs several times what the same page costs inside
  * one madvise(MADV_POPULATE_WRITE): a hot class's carve of fresh pages has
  * them faulted in with one call (kernels before 5.14 refuse it, and are not
- * asked again). Only the carved blocks' pages: the rest of the slab may
- * never be needed. */
-size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages) {
+ * asked again), and `ahead` bytes of the slab past them, which its next
+ * carves then find resident with no call of their own; s->populated marks
+ * how far. */
+size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages, size_t ahead) {
   hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < s->end);
   size_t bsize = s->bsize;
   char *b = s->bump, *last = b + (n - 1) * bsize;
   if (last >= s->end) last = s->end - bsize;
   n = (size_t)(last - b) / bsize + 1;
   if (s->fresh) { /* the page of b, when not its start, was faulted in by the carve before */
-    uintptr_t from = os_page_round((uintptr_t)b), to = os_page_round((uintptr_t)(last + bsize));
+    uintptr_t from = MAX(os_page_round((uintptr_t)b), (uintptr_t)s->populated),
+              to = os_page_round((uintptr_t)(last + bsize));
     /* one call instead of a fault a page, where there are enough pages */
-    if (populate_pages && to >= from + (populate_pages << os_page_log2())) os_populate((void *)from, to - from);
+    if (populate_pages && to >= from + (populate_pages << os_page_log2())) {
+      to = MIN(to + ahead, (uintptr_t)slab_start(s) + (size_t)s->units * UNIT_SIZE);
+      os_populate((void *)from, to - from);
+      s->populated = (char *)to;
+    }
   }
   if (HAKMEM_SECURE) {
     s->free = carve_shuffled(s, b, n);

@@ -58,8 +58,9 @@ void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh
  * (the caller checks that some are), in address order but in the secure
  * build; returns how many (fewer where the slab ends). The pages of a fresh
  * slab's new blocks are faulted in at once, in one call, where they span
- * populate_pages whole pages or more (0: never). */
-size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages);
+ * populate_pages whole pages or more (0: never), with `ahead` bytes of the
+ * slab past them. */
+size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages, size_t ahead);
 /* Forgets every block: the slab reads as freshly made (its pages may have
  * been returned). */
 void slab_reset(slab_t *s);

@@ -80,6 +80,8 @@ typedef struct slab_s {
   /* other threads' */
   _Alignas(64) _Atomic uint64_t remote; /* remote frees not yet collected, and flags (slab.c) */
   struct slab_s *remote_next;    /* the heap's stack of slabs with remote frees */
+  /* the owner's carves' */
+  _Alignas(64) char *populated;  /* fresh: its pages below this were faulted in ahead of the bump (slab_carve) */
 } slab_t;
 _Static_assert(sizeof(slab_t) == 256, "a power of two: free finds a unit's descriptor with a shift");
 
