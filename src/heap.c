@@ -584,8 +584,9 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   uint64_t bit = UINT64_C(1) << c->cls;
   if ((heap->tc_refilled & bit) && c->capacity < tc_grow_limit(c->cls)) {
     heap->tc_refilled &= ~bit;
-    c->used = c->capacity; /* as many blocks again */
-    c->capacity *= 2;
+    uint32_t count = c->capacity; /* full: used is 0 */
+    c->capacity = MIN(count * 2, tc_grow_limit(c->cls));
+    c->used = c->capacity - count;
     return;
   }
   heap->tc_refilled &= ~bit;
