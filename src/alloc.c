@@ -201,6 +201,7 @@ hak_inline void free_block(heap_t *heap, slab_t *s, block_t *b) {
   if (local && HAKMEM_SECURE) { /* flags set: the slab may be full, set aside */
     heap_free_local_slow(heap, s, b);
   } else if (local) {
+    if (slab_owner(s) & SLAB_F_FULL) heap_slab_unfull(heap, s);
     heap_free_local(heap, s, b);
   } else {
     heap_free_remote(heap, s, b);

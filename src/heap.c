@@ -522,6 +522,11 @@ static void slab_give(heap_t *heap, slab_t *s, block_t *head, block_t *tail, uin
 
 void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b) { slab_give(heap, s, b, b, 1); }
 
+void heap_slab_unfull(heap_t *heap, slab_t *s) {
+  slab_clear_full(s);
+  queue_push(heap, s);
+}
+
 /* ---- the tcache (owner only) ------------------------------------------------- */
 
 /* Blocks a class's tcache holds at most (its capacity): at first TC_BYTES

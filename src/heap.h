@@ -146,6 +146,9 @@ void heap_sample_settle(heap_t *heap, unsigned cls);
 /* Block b of slab s goes back onto s's own list (the tcache's overflow, and
  * the secure build's frees into a slab whose owner word carries flags). */
 void heap_free_local_slow(heap_t *heap, slab_t *s, block_t *b);
+/* s, set aside full, had a block freed by its owner: queued again, and
+ * the owner's next frees into it take the fast path. */
+void heap_slab_unfull(heap_t *heap, slab_t *s);
 /* The tcache of a class holds capacity - used blocks, linked as a slab's
  * list. The owner's frees push onto it, so that the next malloc of the class
  * hands out the block freed last, still in the cache, whichever of its slabs
