@@ -497,7 +497,7 @@ static void heap_collect_remote(heap_t *heap) {
   while (s) {
     slab_t *next = s->remote_next; /* read first: s may be pushed again at once */
     bool wiped;
-    if (slab_collect_remote(s, HAKMEM_SECURE || heap->tc[s->cls].free == NULL ? NULL : &heap->tc[s->cls], &wiped)) {
+    if (slab_collect_remote(s, HAKMEM_SECURE ? NULL : &heap->tc[s->cls], &wiped)) {
       if (wiped) heap_lock(heap), heap_unlock(heap);
       if (slab_owner(s) & SLAB_F_FULL) {
         slab_clear_full(s);
@@ -547,23 +547,20 @@ void heap_slab_unfull(heap_t *heap, slab_t *s) {
 static uint32_t tc_limit(unsigned cls) { return MIN(MAX(TC_BYTES / hak_class_size[cls], TC_MIN), TC_MAX); }
 static uint32_t tc_grow_limit(unsigned cls) { return MIN(MAX(TC_GROW_BYTES / hak_class_size[cls], TC_MIN), TC_GROW_MAX); }
 
-/* Sends the first blocks of list b (which ends at c's head), at most max,
- * to their slabs' own lists; returns the rest of the list, *sent the number
- * sent. Each is taken first, all of them before any goes: a block freed
+/* Sends the blocks of list b (which ends at c's head) to their slabs' own
+ * lists. Each is taken first, all of them before any goes: a block freed
  * twice, listed twice, is found (harden_list_broken: the rest is dropped)
  * and goes once. */
-static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint32_t *sent) {
+static void tc_send(heap_t *heap, slab_t *c, block_t *b) {
   block_t *end = slab_end(c), *first = b;
   uint32_t n = 0;
-  for (; b != end && n < max; n++) {
+  for (; b != end; n++) {
     if (unlikely(!block_take(b))) {
       harden_list_broken(b); /* returns only to drop the rest */
-      b = end;
       break;
     }
     b = b->next;
   }
-  *sent = n;
   /* runs of blocks of one slab (freed in the order they were allocated)
    * go onto its list as they are linked */
   for (block_t *x = first; n;) {
@@ -578,7 +575,6 @@ static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint3
     slab_give(heap, xs, x, tail, k);
     x = next;
   }
-  return b;
 }
 
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
@@ -597,25 +593,30 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
   /* the older half goes: the next malloc still takes the block freed last */
-  uint32_t keep = (c->capacity - c->used) / 2, sent;
+  uint32_t keep = (c->capacity - c->used) / 2;
   block_t *last = c->free;
   for (uint32_t i = 1; i < keep; i++) last = block_link_of(c, last);
   block_t *old = block_link_of(c, last);
   block_link(c, last, slab_end(c));
   c->used = c->capacity - keep;
-  tc_send(heap, c, old, UINT32_MAX, &sent);
+  tc_send(heap, c, old);
+}
+
+/* The tcache of cls empty, at its first capacity and refill size. */
+static void tc_reset(heap_t *heap, unsigned cls) {
+  slab_t *c = &heap->tc[cls];
+  slab_set_list(c, NULL);
+  c->capacity = c->used = tc_limit(cls);
+  heap->tc_batch[cls] = 0;
 }
 
 /* Every block of the tcache of cls goes back to its slab. */
 static void tc_drain(heap_t *heap, unsigned cls) {
   slab_t *c = &heap->tc[cls];
-  if (c->free == NULL) return;
   block_t *b = c->free;
-  slab_set_list(c, NULL);
-  c->capacity = c->used = tc_limit(cls);
-  heap->tc_batch[cls] = 0;
-  uint32_t sent;
-  if (b != slab_end(c)) tc_send(heap, c, b, UINT32_MAX, &sent);
+  if (b == NULL) return;
+  tc_reset(heap, cls);
+  if (b != slab_end(c)) tc_send(heap, c, b);
 }
 
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
@@ -627,8 +628,7 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   s->tc_off = (uint16_t)(offsetof(heap_t, tc) + cls * sizeof(slab_t));
   slab_t *c = &heap->tc[cls];
   if (c->free == NULL) { /* the class's first slab: its tcache starts empty */
-    slab_set_list(c, NULL);
-    c->capacity = c->used = tc_limit(cls);
+    tc_reset(heap, cls);
     c->bsize = hak_class_size[cls];
     c->cls = (uint8_t)cls;
   }
