@@ -214,7 +214,7 @@ static slab_t *class_views_map(void) {
  * runs out), would keep it resident: its pages go back now, the lock held so
  * that the owner cannot reuse it meanwhile. */
 #define IDLE_MIN_MS 100
-#define UNCLAIMED_MAX ((uint64_t)1 << 20)
+#define UNCLAIMED_MAX ((uint64_t)512 << 10)
 static void heap_remote_full(slab_t *s, uint64_t word) {
   heap_t *h = slab_heap(s);
   long delay = purge_delay();
