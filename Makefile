@@ -14,7 +14,7 @@ test: all
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: all
-	bench/run.sh --full
+	bench/run.sh --full $(BENCH_ARGS)
 
 bench-quick: all
 	bench/run.sh --quick

@@ -217,6 +217,25 @@ def price(R, alloc, title):
                 f"per-round ratios **{geo(med):.3f}** ({word(geo(med))}), best runs **{geo(best):.3f}** ({word(geo(best))})."]
 
 
+def baseline_change(R):
+    """hakmem over an earlier build (run.sh --baseline): the geometric mean and
+    every throughput row where hakmem is more than 2 % slower."""
+    if "hakmem-base" not in R.allocs or R.ref != "hakmem":
+        return []
+    rows, worse = [], []
+    for key in R.speed:
+        q = R.round_ratio(key, "hakmem", "ops_per_sec", ref="hakmem-base")
+        if q:
+            rows.append(q)
+            if q < 0.98:
+                worse.append(f"{key[0]} {key[1]} {q:.3f}")
+    if not rows:
+        return []
+    return ["", f"hakmem over the baseline build (hakmem-base), per-round ratios of {len(rows)} throughput rows: "
+                f"geometric mean **{geo(rows):.3f}**, lowest {min(rows):.3f}; rows more than 2 % slower: "
+                f"{'; '.join(worse) if worse else 'none'}."]
+
+
 def secure_price(R):
     """The hardened build over hakmem."""
     return price(R, "hakmem-secure", "Secure build (libhakmem-secure.so)")
@@ -891,7 +910,7 @@ def main():
     table, misses = versus_best_peer(R)
     L = header(R, A, charts)
     if R.speed or R.memory:
-        L += summary(R) + secure_price(R) + profile_price(R) + ([] if R.fast else [CHART])
+        L += summary(R) + baseline_change(R) + secure_price(R) + profile_price(R) + ([] if R.fast else [CHART])
     if R.speed:
         L += throughput_detail(R)
     if R.memory:

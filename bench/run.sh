@@ -11,6 +11,8 @@
 #   options: --rounds N  --build DIR (default: build)  --out DIR (default: bench/results)
 #            --only "larson memory ..."  (workload names)   --no-fastpath
 #            --syscalls / --no-syscalls  (the strace pass; default: in --full only)
+#            --baseline LIB  (also run LIB, an earlier build of hakmem, as hakmem-base: the report
+#                             gives its ratio to hakmem on each throughput row)
 #            --quiet-wait S  (before a timed run, wait up to a minute for other programs to go
 #                             quiet, S s in all; default 900, quick 0; each run's others_pct
 #                             is in latest.csv)
@@ -21,7 +23,7 @@
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-MODE=quick ROUNDS= BUILD=$ROOT/build OUT=$ROOT/bench/results ONLY= FASTPATH=1 SYSCALLS= QUIET_WAIT=
+MODE=quick ROUNDS= BUILD=$ROOT/build OUT=$ROOT/bench/results ONLY= FASTPATH=1 SYSCALLS= QUIET_WAIT= BASELINE=
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) MODE=quick ;;
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --syscalls) SYSCALLS=1 ;;
     --no-syscalls) SYSCALLS=0 ;;
     --quiet-wait) QUIET_WAIT=$2; shift ;;
+    --baseline) BASELINE=$(realpath "$2"); shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -113,6 +116,9 @@ if [ $MODE != scale ]; then
   add_alloc hakmem-profile "$PROFILE_LIB" "$BUILD/libhakmem-profile.so not built" "HAKMEM_PROFILE=$TMP/profile.%p.heap" \
     "-phases -real"
 fi
+# An earlier build, to tell what a change costs on every row (real programs
+# and phases left out: their figures are priced in the rows' own sections).
+[ -n "$BASELINE" ] && add_alloc hakmem-base "$BASELINE" "$BASELINE not found" "" "-phases -real"
 # hakmem's learned Large/Huge strategy, for the phases workload only: learning
 # with all weight on memory (w0) or on time (w100), and each strategy pinned
 # (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50;
