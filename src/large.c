@@ -99,6 +99,13 @@ size_t large_live_bytes(void) {
   return sum;
 }
 
+size_t large_cached_bytes(void) {
+  size_t sum = 0;
+  for (heap_t *h = heap_all(); h; h = h->next_all)
+    sum += __atomic_load_n(&h->lhot.bytes, __ATOMIC_RELAXED) + (__atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) << os_page_log2());
+  return sum;
+}
+
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   unsigned shift = os_page_log2();
   size_t bytes = block_bytes(size, align);

@@ -56,5 +56,8 @@ bool large_resize(void *p, size_t size);
 /* Bytes of Large blocks live now, all heaps (each counts its own, so that
  * no Large operation writes a line that other threads write). */
 size_t large_live_bytes(void);
+/* Bytes of freed Large blocks the heaps keep for reuse (their stacks and
+ * caches), all heaps; read without their locks. */
+size_t large_cached_bytes(void);
 
 #endif

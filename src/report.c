@@ -66,6 +66,7 @@ static void print_memory(out_t *o) {
   }
   print_bytes(o, "in large blocks", large_live_bytes());
   print_bytes(o, "in huge blocks", LOAD(huge_live_bytes));
+  print_bytes(o, "large blocks freed and kept for reuse", large_cached_bytes());
   print_bytes(o, "free and not yet purged (slab units, large pages)", LOAD(run_dirty_bytes));
   print_bytes(o, "huge blocks' pages cached for reuse (BigCache)", huge_cached_bytes());
   print_bytes(o, "purged so far", (uint64_t)LOAD(hak_stats.bytes_purged));

@@ -168,14 +168,21 @@ typedef struct {
 
 typedef struct {
   uint32_t n[RUN_CACHE_CLASSES];
+  uint8_t depth[RUN_CACHE_CLASSES]; /* runs a class keeps at most now, less RUN_CACHE_DEPTH_MIN */
+  uint8_t over[RUN_CACHE_CLASSES];  /* runs it turned away since its depth last changed */
   size_t pages;   /* in all classes */
   unsigned evict; /* the class run_cache_trim takes from next */
   run_cache_slot_t slot[RUN_CACHE_CLASSES][RUN_CACHE_DEPTH]; /* oldest first */
 } run_cache_t;
 
 /* Keeps allocated run r in class cls, freed at now, unless the class holds
- * max_n runs (at most RUN_CACHE_DEPTH) or the cache max_pages pages
- * already; false then. */
+ * max_n runs (at most RUN_CACHE_DEPTH), or its depth, or the cache max_pages
+ * pages already; false then. A class's depth follows its demand, as a
+ * thread cache's list does: it starts at RUN_CACHE_DEPTH_MIN, grows by one
+ * with each pop that finds the class empty, and shrinks by one each time it
+ * turns away as many runs as it keeps. A class that is freed into more than
+ * it is allocated from (a buffer that grows past it) keeps few. */
+#define RUN_CACHE_DEPTH_MIN 2
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages);
 /* The run freed last in class cls, no longer cached; false when none is kept. */
 bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out);
