@@ -161,6 +161,7 @@ if [ $MODE = full ]; then
     "cross_thread|1 pair, 16-1024 B|pairs=1 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=20 seed=1"
+    "realloc|8 objects to 200 KB, 100 rounds|objects=8 target=200000 reps=100 seed=1"
     "large|64 KiB-64 MiB, 8 slots|iters=1000 slots=8 min=65536 max=67108864 seed=1|3"
     "random_sizes|1 thr, 16 B-256 KiB, 2048 slots|threads=1 slots=2048 ops=100000 $RS"
     "random_sizes|2 thr, 16 B-256 KiB, 2048 slots|threads=2 slots=2048 ops=100000 $RS"
