@@ -37,9 +37,12 @@ typedef struct {
  * allocated runs to every other thread (large.c). */
 #define LARGE_HOT_CLASSES 24
 #define LARGE_HOT_DEPTH 8
+#define LARGE_HOT_DEPTH_MIN 2
 typedef struct {
   void *blk[LARGE_HOT_CLASSES][LARGE_HOT_DEPTH]; /* oldest first */
   uint8_t n[LARGE_HOT_CLASSES];
+  uint8_t depth[LARGE_HOT_CLASSES]; /* blocks a stack keeps at most now, less LARGE_HOT_DEPTH_MIN */
+  uint8_t over[LARGE_HOT_CLASSES];  /* blocks it turned away since its depth last changed */
   size_t bytes; /* in all stacks (written by the owner; others read it with __atomic_load_n) */
   uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;

@@ -233,7 +233,11 @@ void *large_alloc_hot(heap_t *heap, size_t size) {
   if (size > CLASS_MAX) return NULL;
   unsigned c = hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   large_hot_t *h = &heap->lhot;
-  if (c >= LARGE_HOT_CLASSES || h->n[c] == 0) return NULL;
+  if (c >= LARGE_HOT_CLASSES) return NULL;
+  if (h->n[c] == 0) {
+    if (LARGE_HOT_DEPTH_MIN + h->depth[c] < LARGE_HOT_DEPTH) h->depth[c]++, h->over[c] = 0;
+    return NULL;
+  }
   uint8_t k = --h->n[c];
   void *p = h->blk[c][k];
   size_t bytes = hot_bytes[c];
@@ -260,9 +264,16 @@ hak_inline int hot_push(heap_t *heap, void *p) {
   large_hot_t *h = &heap->lhot;
   size_t bytes = (size_t)pages << shift;
   if (c >= LARGE_HOT_CLASSES || h->bytes + bytes > HOT_MAX_BYTES) return 0;
-  uint32_t n = h->n[c];
+  uint32_t n = h->n[c], depth = LARGE_HOT_DEPTH_MIN + h->depth[c];
   for (uint32_t i = 0; i < n; i++)
     if (h->blk[c][i] == p) return -1;
+  if (n >= depth && n < LARGE_HOT_DEPTH) { /* past its demand: to the locked path */
+    if (++h->over[c] >= depth) {
+      h->over[c] = 0;
+      if (h->depth[c]) h->depth[c]--;
+    }
+    return 0;
+  }
   if (n == LARGE_HOT_DEPTH) {
     long delay = policy_knob(KNOB_PURGE_DELAY_MS);
     heap_lock(heap);
