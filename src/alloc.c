@@ -22,16 +22,21 @@
 
 /* ---- slow paths ----------------------------------------------------------- */
 
-/* Every TICK_EVERY slow paths a thread looks at the clock: its heap's
- * periodic work, the learner's sample, a purge round when one is due. A
- * thread with no heap (it freed only Large and Huge blocks) ticks all the
- * same. */
+/* Every TICK_EVERY slow paths a thread looks at the clock, and once a
+ * millisecond at most does its heap's periodic work, the learner's sample
+ * and a purge round when one is due: all of it counts time, so a thread
+ * whose slow paths run by the million a second does it no more often than
+ * one that runs a thousand. A thread with no heap (it freed only Large and
+ * Huge blocks) ticks all the same. */
 #define TICK_EVERY 16
 #define REALLOC_HUGE_MIN ((size_t)256 * 1024)
 static __thread uint32_t slow_calls __attribute__((tls_model("initial-exec")));
+static __thread uint64_t tick_ms __attribute__((tls_model("initial-exec")));
 
 static hak_noinline void slow_tick(heap_t *heap) {
   uint64_t now = os_now_ms();
+  if (now == tick_ms) return;
+  tick_ms = now;
   if (heap != &hak_heap_empty) {
     heap_tick(heap, now);
     large_tick(heap, now);

@@ -335,9 +335,7 @@ static void foreign_send(heap_t *heap, slab_t *fc) {
   }
 }
 
-#define FOREIGN_SHOW 8
 #define FOREIGN_SKIP 4096
-#define FOREIGN_SHOW_BYTES 4096
 void heap_foreign_full(heap_t *heap, unsigned cls) {
   slab_t *fc = &heap->foreign[cls];
   uint32_t n = fc->capacity - fc->used;
@@ -348,8 +346,6 @@ void heap_foreign_full(heap_t *heap, unsigned cls) {
     foreign_send(heap, fc);
     return;
   }
-  /* shown to the fast path once a few are kept, not at each: a list that
-   * the next malloc empties would cost two view changes a block */
   if (heap->active[cls] != fc && (n >= FOREIGN_SHOW || n * fc->bsize >= FOREIGN_SHOW_BYTES))
     heap_set_active(heap, cls, fc);
 }

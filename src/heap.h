@@ -216,6 +216,11 @@ void heap_slab_empty(heap_t *heap, slab_t *s);
  * new free of the class, at thread exit and on trim. */
 #define FOREIGN_KEEP_BYTES 32768
 #define FOREIGN_HOME_EVERY 8
+/* A list is shown to the fast path (made the class's view) once it keeps
+ * FOREIGN_SHOW blocks or FOREIGN_SHOW_BYTES, not at each block: a list that
+ * the next malloc empties would cost two view changes a block. */
+#define FOREIGN_SHOW 8
+#define FOREIGN_SHOW_BYTES 4096
 void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b);
 void heap_foreign_full(heap_t *heap, unsigned cls);
 hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
@@ -224,8 +229,9 @@ hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
     slab_t *fc = &heap->foreign[cls]; /* capacity - used blocks (heap.c) */
     block_link(fc, b, fc->free);
     fc->free = b;
-    fc->capacity++;
-    if (unlikely((fc->capacity - fc->used) * fc->bsize > FOREIGN_KEEP_BYTES || heap->active[cls] != fc))
+    uint32_t n = ++fc->capacity - fc->used, bytes = n * fc->bsize;
+    if (unlikely(bytes > FOREIGN_KEEP_BYTES ||
+                 (heap->active[cls] != fc && (n >= FOREIGN_SHOW || bytes >= FOREIGN_SHOW_BYTES))))
       heap_foreign_full(heap, cls);
     return;
   }
