@@ -244,24 +244,23 @@ static hak_noinline void free_rare(void *p, heap_t *heap) {
   maybe_tick(heap);
 }
 
-/* free's slow path: first the case that makes most of its calls, a block
- * of another heap's slab (or of its own with flags set). */
-static hak_noinline void free_slow(void *p, heap_t *heap) {
-  size_t i = map_index(p);
-  if (likely(map_fast_is_region(i))) {
-    slab_t *s = slab_of_entry(i, p);
-    /* the heap's own Large block (a sampled one tells the profiler first) */
-    if (s->kind == SLAB_NONE) {
-      if (likely(!prof_on) && large_free_hot(heap, p)) {
-        maybe_tick(heap);
-        return;
-      }
-      /* the profiling library's sampled blocks are freed by inner pointers */
-    } else if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
-      free_block(heap, s, p);
+/* free's slow path for p in a region, whose unit's slab (or Large pages)
+ * the fast path found as s: first the case that makes most of its calls, a
+ * block of another heap's slab (or of its own with flags set). p comes
+ * first and s third, where the fast path holds them: no register move
+ * before its tail call but heap's. */
+static hak_noinline void free_slow(void *p, heap_t *heap, slab_t *s) {
+  /* the heap's own Large block (a sampled one tells the profiler first) */
+  if (s->kind == SLAB_NONE) {
+    if (likely(!prof_on) && large_free_hot(heap, p)) {
       maybe_tick(heap);
       return;
     }
+    /* the profiling library's sampled blocks are freed by inner pointers */
+  } else if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
+    free_block(heap, s, p);
+    maybe_tick(heap);
+    return;
   }
   free_rare(p, heap);
 }
@@ -277,8 +276,10 @@ hak_inline void free_inline(void *p) {
       heap_free_local(heap, s, p);
       return;
     }
+    free_slow(p, heap, s);
+    return;
   }
-  free_slow(p, heap);
+  free_rare(p, heap);
 }
 
 /* ---- alignment ------------------------------------------------------------ */
