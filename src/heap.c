@@ -346,8 +346,7 @@ void heap_foreign_full(heap_t *heap, unsigned cls) {
     foreign_send(heap, fc);
     return;
   }
-  if (heap->active[cls] != fc && (n >= FOREIGN_SHOW || n * fc->bsize >= FOREIGN_SHOW_BYTES))
-    heap_set_active(heap, cls, fc);
+  heap_set_active(heap, cls, fc); /* heap_free_remote found it worth showing */
 }
 
 /* Once per purge delay: a foreign list that neither grew nor shrank since

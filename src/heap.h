@@ -41,8 +41,7 @@ typedef struct {
 typedef struct {
   void *blk[LARGE_HOT_CLASSES][LARGE_HOT_DEPTH]; /* oldest first */
   uint8_t n[LARGE_HOT_CLASSES];
-  uint8_t depth[LARGE_HOT_CLASSES]; /* blocks a stack keeps at most now, less LARGE_HOT_DEPTH_MIN */
-  uint8_t over[LARGE_HOT_CLASSES];  /* blocks it turned away since its depth last changed */
+  run_demand_t demand[LARGE_HOT_CLASSES]; /* each stack's depth, from LARGE_HOT_DEPTH_MIN */
   size_t bytes; /* in all stacks (written by the owner; others read it with __atomic_load_n) */
   uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;
@@ -222,6 +221,8 @@ void heap_slab_empty(heap_t *heap, slab_t *s);
 #define FOREIGN_SHOW 8
 #define FOREIGN_SHOW_BYTES 4096
 void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b);
+/* cls's foreign list passed FOREIGN_KEEP_BYTES (it goes home), or is worth
+ * showing to the fast path and is not shown yet. */
 void heap_foreign_full(heap_t *heap, unsigned cls);
 hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
   unsigned cls = s->cls;

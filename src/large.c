@@ -235,7 +235,7 @@ void *large_alloc_hot(heap_t *heap, size_t size) {
   large_hot_t *h = &heap->lhot;
   if (c >= LARGE_HOT_CLASSES) return NULL;
   if (h->n[c] == 0) {
-    if (LARGE_HOT_DEPTH_MIN + h->depth[c] < LARGE_HOT_DEPTH) h->depth[c]++, h->over[c] = 0;
+    run_demand_missed(&h->demand[c], LARGE_HOT_DEPTH_MIN, LARGE_HOT_DEPTH);
     return NULL;
   }
   uint8_t k = --h->n[c];
@@ -264,14 +264,11 @@ hak_inline int hot_push(heap_t *heap, void *p) {
   large_hot_t *h = &heap->lhot;
   size_t bytes = (size_t)pages << shift;
   if (c >= LARGE_HOT_CLASSES || h->bytes + bytes > HOT_MAX_BYTES) return 0;
-  uint32_t n = h->n[c], depth = LARGE_HOT_DEPTH_MIN + h->depth[c];
+  uint32_t n = h->n[c];
   for (uint32_t i = 0; i < n; i++)
     if (h->blk[c][i] == p) return -1;
-  if (n >= depth && n < LARGE_HOT_DEPTH) { /* past its demand: to the locked path */
-    if (++h->over[c] >= depth) {
-      h->over[c] = 0;
-      if (h->depth[c]) h->depth[c]--;
-    }
+  if (n >= run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN) && n < LARGE_HOT_DEPTH) { /* past its demand: to the locked path */
+    run_demand_turned_away(&h->demand[c], LARGE_HOT_DEPTH_MIN);
     return 0;
   }
   if (n == LARGE_HOT_DEPTH) {

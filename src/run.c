@@ -361,12 +361,10 @@ run_t run_at(run_chunk_t *c, uint32_t page) {
 /* ---- the cache of freed runs -------------------------------------------------- */
 
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages) {
-  uint32_t n = k->n[cls], depth = RUN_CACHE_DEPTH_MIN + k->depth[cls];
-  if (n >= depth && n < MIN(max_n, RUN_CACHE_DEPTH) && k->pages + r.pages <= max_pages) {
-    if (++k->over[cls] >= depth) {
-      k->over[cls] = 0;
-      if (k->depth[cls]) k->depth[cls]--;
-    }
+  uint32_t n = k->n[cls];
+  if (n >= run_demand_depth(&k->demand[cls], RUN_CACHE_DEPTH_MIN) && n < MIN(max_n, RUN_CACHE_DEPTH) &&
+      k->pages + r.pages <= max_pages) {
+    run_demand_turned_away(&k->demand[cls], RUN_CACHE_DEPTH_MIN);
     return false;
   }
   if (n >= MIN(max_n, RUN_CACHE_DEPTH) || k->pages + r.pages > max_pages) return false;
@@ -389,10 +387,7 @@ static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
 bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out) {
   uint32_t n = k->n[cls];
   if (n == 0) {
-    if (RUN_CACHE_DEPTH_MIN + k->depth[cls] < RUN_CACHE_DEPTH) {
-      k->depth[cls]++;
-      k->over[cls] = 0;
-    }
+    run_demand_missed(&k->demand[cls], RUN_CACHE_DEPTH_MIN, RUN_CACHE_DEPTH);
     return false;
   }
   k->n[cls] = --n;

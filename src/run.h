@@ -160,6 +160,27 @@ hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) <
 #define RUN_CACHE_CLASSES 56
 #define RUN_CACHE_DEPTH 64
 
+/* How many blocks a cache's class keeps at most, following demand as a
+ * thread cache's list length does: min at first, one more each time an
+ * allocation finds the class empty (up to max), one less each time the class
+ * turns away as many blocks as it keeps. A class freed into more than it is
+ * allocated from (the final size of a buffer that grew past the others)
+ * keeps few. Used by the run cache and by the Large pool's stacks. */
+typedef struct {
+  uint8_t extra; /* depth - min */
+  uint8_t over;  /* blocks turned away since the depth last changed */
+} run_demand_t;
+hak_inline uint32_t run_demand_depth(const run_demand_t *d, uint32_t min) { return min + d->extra; }
+hak_inline void run_demand_missed(run_demand_t *d, uint32_t min, uint32_t max) {
+  if (min + d->extra < max) d->extra++, d->over = 0;
+}
+hak_inline void run_demand_turned_away(run_demand_t *d, uint32_t min) {
+  if (++d->over >= min + d->extra) {
+    d->over = 0;
+    if (d->extra) d->extra--;
+  }
+}
+
 typedef struct {
   run_chunk_t *chunk;
   uint32_t page;
@@ -168,20 +189,16 @@ typedef struct {
 
 typedef struct {
   uint32_t n[RUN_CACHE_CLASSES];
-  uint8_t depth[RUN_CACHE_CLASSES]; /* runs a class keeps at most now, less RUN_CACHE_DEPTH_MIN */
-  uint8_t over[RUN_CACHE_CLASSES];  /* runs it turned away since its depth last changed */
+  run_demand_t demand[RUN_CACHE_CLASSES]; /* each class's depth, from RUN_CACHE_DEPTH_MIN */
   size_t pages;   /* in all classes */
   unsigned evict; /* the class run_cache_trim takes from next */
   run_cache_slot_t slot[RUN_CACHE_CLASSES][RUN_CACHE_DEPTH]; /* oldest first */
 } run_cache_t;
 
 /* Keeps allocated run r in class cls, freed at now, unless the class holds
- * max_n runs (at most RUN_CACHE_DEPTH), or its depth, or the cache max_pages
- * pages already; false then. A class's depth follows its demand, as a
- * thread cache's list does: it starts at RUN_CACHE_DEPTH_MIN, grows by one
- * with each pop that finds the class empty, and shrinks by one each time it
- * turns away as many runs as it keeps. A class that is freed into more than
- * it is allocated from (a buffer that grows past it) keeps few. */
+ * max_n runs (at most RUN_CACHE_DEPTH), or its depth (run_demand_t: a pop
+ * that finds the class empty is a miss), or the cache max_pages pages
+ * already; false then. */
 #define RUN_CACHE_DEPTH_MIN 2
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages);
 /* The run freed last in class cls, no longer cached; false when none is kept. */
