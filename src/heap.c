@@ -82,7 +82,8 @@ static void heap_set_active(heap_t *heap, unsigned cls, slab_t *s) {
 /* A slab set aside full remembers how often its owner had collected its
  * inbox: a remote free that empties it reads whether the owner still does. */
 static void slab_set_full(heap_t *heap, slab_t *s) {
-  s->full_gen = atomic_load_explicit(&heap->collects, memory_order_relaxed);
+  /* read by remote frees (heap_remote_full): an atomic store */
+  __atomic_store_n(&s->full_gen, atomic_load_explicit(&heap->collects, memory_order_relaxed), __ATOMIC_RELAXED);
   atomic_fetch_or_explicit(&s->owner, SLAB_F_FULL, memory_order_release);
 }
 static void slab_clear_full(slab_t *s) { atomic_fetch_and_explicit(&s->owner, ~(uintptr_t)SLAB_F_FULL, memory_order_relaxed); }
@@ -222,7 +223,7 @@ static void heap_remote_full(slab_t *s, uint64_t word) {
   uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
   uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
   if (now - active < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
-      (gen != s->full_gen ||
+      (gen != __atomic_load_n(&s->full_gen, __ATOMIC_RELAXED) ||
        atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)s->units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
     return;
   heap_lock(h);

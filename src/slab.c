@@ -195,6 +195,13 @@ void slab_unpurge(slab_t *s) {
 #define REMOTE_COUNT_MASK ((UINT64_C(1) << 32) - 1)
 #define REMOTE_COLLECTING (UINT64_C(1) << 32) /* the owner is taking bits: no wipe */
 #define REMOTE_WIPED (UINT64_C(1) << 33)      /* every block free, the pages returned */
+/* Bits 34-63 count the owner's collections and the slab's lives: a wipe's
+ * compare-and-swap expects the word it read, so a thread delayed between
+ * its free and its wipe cannot wipe a slab the owner took back, filled
+ * and set aside again meanwhile, whose count came back to the same value. */
+#define REMOTE_EPOCH (UINT64_C(1) << 34)
+#define REMOTE_EPOCH_MASK (~(REMOTE_EPOCH - 1))
+static uint64_t remote_next_epoch(uint64_t word) { return (word & REMOTE_EPOCH_MASK) + REMOTE_EPOCH; }
 
 static size_t remote_count(uint64_t word) { return (size_t)(word & REMOTE_COUNT_MASK); }
 
@@ -221,7 +228,8 @@ static void remote_clear(slab_t *s) {
 static void remote_init(slab_t *s) {
   /* bits are left only by a double free, and only in rows a remote free wrote */
   if (atomic_load_explicit(&region_of(s)->remote_units, memory_order_relaxed) & remote_unit_mask(s)) remote_clear(s);
-  atomic_store_explicit(&s->remote, 0, memory_order_relaxed);
+  uint64_t w = atomic_load_explicit(&s->remote, memory_order_relaxed);
+  atomic_store_explicit(&s->remote, remote_next_epoch(w), memory_order_relaxed);
 }
 
 static void inbox_push(slab_t *s) {
@@ -359,12 +367,12 @@ size_t slab_collect_remote(slab_t *s, const slab_t *held, bool *wiped) {
     hak_assert(n == s->used);
     slab_reset(s);
     s->used = 0;
-    atomic_store_explicit(&s->remote, 0, memory_order_release);
+    atomic_store_explicit(&s->remote, remote_next_epoch(w), memory_order_release);
     *wiped = true;
     return n;
   }
   size_t pushed, n = remote_take(s, held, &pushed);
-  uint64_t after = atomic_fetch_sub_explicit(&s->remote, n | REMOTE_COLLECTING, memory_order_acq_rel) - n;
+  uint64_t after = atomic_fetch_add_explicit(&s->remote, REMOTE_EPOCH - (n | REMOTE_COLLECTING), memory_order_acq_rel) - n;
   /* frees counted whose bits had not landed: the slab waits on the inbox for the next visit */
   if (remote_count(after)) inbox_push(s);
   hak_assert(s->used >= pushed);

@@ -47,6 +47,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <execinfo.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -61,6 +62,7 @@ using std::atomic_int;
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,12 +210,19 @@ static TU_UNUSED double tu_param(int i, double def)
   return i < tu_run.nparams ? strtod(tu_run.params[i], NULL) : def;
 }
 
-static void tu_on_fatal(int sig)
+/* A crash prints where it happened: the faulting address, the stack with
+ * the libraries' offsets (addr2line turns them into lines of the same
+ * build), and the process's mappings, so that a crash in CI can be read. */
+static void tu_on_fatal(int sig, siginfo_t *si, void *uc)
 {
+  (void)uc;
   if (getpid() == tu_run.case_pid && !atomic_exchange(&tu_run.failing, 1)) {
     char why[64];
+    void *frames[64];
     tu_run.failed++;
-    tu_say(1, "case %s: FAILED (%s)\n", tu_run.name, tu_status_str(sig & 0x7f, why, sizeof why));
+    tu_say(1, "case %s: FAILED (%s) at address %p, thread %ld; stack:\n", tu_run.name,
+           tu_status_str(sig & 0x7f, why, sizeof why), si->si_addr, (long)syscall(SYS_gettid));
+    backtrace_symbols_fd(frames, backtrace(frames, 64), 1);
     tu_summary();
   }
   signal(sig, SIG_DFL);
@@ -226,10 +235,12 @@ static void tu_catch_fatal(void)
   stack_t ss = {.ss_sp = altstack, .ss_flags = 0, .ss_size = sizeof altstack};
   sigaltstack(&ss, NULL);
   static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, SIGTRAP};
+  void *frame;
+  backtrace(&frame, 1); /* loads the unwinder now: it allocates on first use */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = tu_on_fatal;
-  sa.sa_flags = SA_ONSTACK;
+  sa.sa_sigaction = tu_on_fatal;
+  sa.sa_flags = SA_ONSTACK | SA_SIGINFO;
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
 }
 
