@@ -348,7 +348,7 @@ static size_t usable_size(const void *p, uint8_t kind) {
 
 HAK_API size_t hak_malloc_usable_size(const void *p) { return p ? usable_size(p, map_kind(p)) : 0; }
 
-HAK_API void *hak_realloc(void *p, size_t size) {
+static hak_noinline void *realloc_slow(void *p, size_t size) {
   if (p == NULL) return alloc_inline(size);
   if (size == 0) {
     free_inline(p);
@@ -374,17 +374,41 @@ HAK_API void *hak_realloc(void *p, size_t size) {
   }
   /* A block that grows out of its place to REALLOC_HUGE_MIN or more moves to
    * a mapping of its own, where later growth is in place or moves its pages
-   * instead of copying them, leaving no freed copy resident. Below, the size
-   * classes (an eighth per step for Large) give a buffer grown a little at a
-   * time room to grow in place. */
+   * instead of copying them, leaving no freed copy resident. Below that it
+   * moves to Large pages up to the next unit's end: a buffer grown a little
+   * at a time then grows in place through the unit (pages it does not reach
+   * are never touched), where the next class's pages would often be taken
+   * by a neighbour and each step of an eighth would copy it again. */
   bool grows = size > old && size > SMALL_MAX;
-  void *q = grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE ? huge_alloc_growing(size) : NULL;
+  void *q = NULL;
+  if (grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE) q = huge_alloc_growing(size);
+  else if (grows && size < REALLOC_HUGE_MIN) q = alloc_inline((size + UNIT_SIZE - 1) & ~(UNIT_SIZE - 1));
   if (q == NULL && (q = alloc_inline(size)) == NULL) return NULL;
   memcpy(q, p, old < size ? old : size);
   if (large && unlikely(prof_on)) prof_forget(p);
   if (large) large_free(p, false);
   else free_inline(p);
   return q;
+}
+
+/* A realloc whose block keeps its place and size: the new size fits the
+ * block and would not take a class (or Large pages) of half of it or less.
+ * Most calls of a buffer grown by small steps are such; a NULL p lies in
+ * no region. Every other case (and a pointer not at a live block's start,
+ * reported there) takes realloc_slow. */
+hak_inline bool realloc_keeps(const void *p, size_t size) {
+  size_t i = map_index(p);
+  if (!map_fast_is_region(i) || size == 0) return false;
+  const slab_t *s = slab_of_entry(i, p);
+  size_t old;
+  if (s->kind == SLAB_NONE) old = size > SMALL_MAX ? large_live_size(p) : 0;
+  else old = slab_is_block(s, p) ? s->bsize : 0; /* a sampled block at its slab block's start has it all */
+  return size <= old && (size > old / 2 || old <= 64);
+}
+
+HAK_API void *hak_realloc(void *p, size_t size) {
+  if (likely(realloc_keeps(p, size))) return p;
+  return realloc_slow(p, size);
 }
 
 HAK_API void *hak_reallocarray(void *p, size_t count, size_t size) {
