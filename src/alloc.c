@@ -348,6 +348,11 @@ static size_t usable_size(const void *p, uint8_t kind) {
 
 HAK_API size_t hak_malloc_usable_size(const void *p) { return p ? usable_size(p, map_kind(p)) : 0; }
 
+/* Whether a realloc to size keeps a block of old usable bytes where it is:
+ * it fits, and a class (or Large pages) of half of it or less would not
+ * serve it. */
+hak_inline bool realloc_fits(size_t size, size_t old) { return size <= old && (size > old / 2 || old <= 64); }
+
 static hak_noinline void *realloc_slow(void *p, size_t size) {
   if (p == NULL) return alloc_inline(size);
   if (size == 0) {
@@ -361,7 +366,7 @@ static hak_noinline void *realloc_slow(void *p, size_t size) {
     errno = EINVAL;
     return NULL;
   }
-  if (size <= old && (size > old / 2 || old <= 64)) return p;
+  if (realloc_fits(size, old)) return p;
   bool large = kind == MAP_REGION && slab_of(p)->kind == SLAB_NONE;
   if (large && size > SMALL_MAX && size <= LARGE_MAX && large_resize(p, size)) {
     if (unlikely(prof_on)) prof_moved(p, p, size);
@@ -382,7 +387,7 @@ static hak_noinline void *realloc_slow(void *p, size_t size) {
   bool grows = size > old && size > SMALL_MAX;
   void *q = NULL;
   if (grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE) q = huge_alloc_growing(size);
-  else if (grows && size < REALLOC_HUGE_MIN) q = alloc_inline((size + UNIT_SIZE - 1) & ~(UNIT_SIZE - 1));
+  else if (grows && size < REALLOC_HUGE_MIN) q = alloc_inline(align_up(size, UNIT_SIZE));
   if (q == NULL && (q = alloc_inline(size)) == NULL) return NULL;
   memcpy(q, p, old < size ? old : size);
   if (large && unlikely(prof_on)) prof_forget(p);
@@ -391,11 +396,10 @@ static hak_noinline void *realloc_slow(void *p, size_t size) {
   return q;
 }
 
-/* A realloc whose block keeps its place and size: the new size fits the
- * block and would not take a class (or Large pages) of half of it or less.
- * Most calls of a buffer grown by small steps are such; a NULL p lies in
- * no region. Every other case (and a pointer not at a live block's start,
- * reported there) takes realloc_slow. */
+/* A realloc whose block keeps its place and size (realloc_fits), found
+ * inline: most calls of a buffer grown by small steps are such; a NULL p
+ * lies in no region. Every other case (and a pointer not at a live block's
+ * start, reported there) takes realloc_slow. */
 hak_inline bool realloc_keeps(const void *p, size_t size) {
   size_t i = map_index(p);
   if (!map_fast_is_region(i) || size == 0) return false;
@@ -403,7 +407,7 @@ hak_inline bool realloc_keeps(const void *p, size_t size) {
   size_t old;
   if (s->kind == SLAB_NONE) old = size > SMALL_MAX ? large_live_size(p) : 0;
   else old = slab_is_block(s, p) ? s->bsize : 0; /* a sampled block at its slab block's start has it all */
-  return size <= old && (size > old / 2 || old <= 64);
+  return realloc_fits(size, old);
 }
 
 HAK_API void *hak_realloc(void *p, size_t size) {

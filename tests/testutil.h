@@ -210,9 +210,9 @@ static TU_UNUSED double tu_param(int i, double def)
   return i < tu_run.nparams ? strtod(tu_run.params[i], NULL) : def;
 }
 
-/* A crash prints where it happened: the faulting address, the stack with
- * the libraries' offsets (addr2line turns them into lines of the same
- * build), and the process's mappings, so that a crash in CI can be read. */
+/* A crash prints where it happened: the faulting address, the thread and
+ * the stack with the libraries' offsets (addr2line turns them into lines of
+ * the same build), so that a crash in CI can be read. */
 static void tu_on_fatal(int sig, siginfo_t *si, void *uc)
 {
   (void)uc;
