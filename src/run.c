@@ -1,9 +1,28 @@
 /* Runs of pages: bins of free runs, merging, the dirty list. */
 #include "run.h"
 
-hak_inline uint32_t node_page(const run_chunk_t *c, const run_node_t *x) {
-  uint32_t i = (uint32_t)(x - c->node);
-  return i % c->rows * RUN_NODE_GROUP + i / c->rows;
+/* The node of the free run that starts at page. */
+hak_inline run_node_t *run_node_at(const run_chunk_t *c, uint32_t page) { return &c->node[c->page_node[page]]; }
+
+/* A node from c's pool for the free run that starts at page. */
+static run_node_t *node_take(run_chunk_t *c, uint32_t page) {
+  uint32_t i;
+  if (c->node_free) {
+    i = c->node_free - 1;
+    c->node_free = c->node[i].page;
+  } else {
+    i = c->node_top++;
+    hak_assert(i <= c->pages / 2);
+  }
+  c->page_node[page] = i;
+  run_node_t *x = &c->node[i];
+  x->page = page;
+  return x;
+}
+
+static void node_give(run_chunk_t *c, run_node_t *x) {
+  x->page = c->node_free;
+  c->node_free = (uint32_t)(x - c->node) + 1;
 }
 
 _Atomic size_t run_dirty_bytes;
@@ -99,7 +118,7 @@ static void set_bit(run_chunk_t *c, uint32_t i, unsigned which, bool on) {
 static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint32_t dlo, uint32_t dhi,
                         run_node_t *after, bool at_tail) {
   run_heap_t *h = c->heap;
-  run_node_t *x = run_node_at(c, s);
+  run_node_t *x = node_take(c, s);
   if (t && dlo >= dhi) t = 0;
   c->len[s] = n;
   c->last_of[s + n - 1] = s;
@@ -136,6 +155,7 @@ static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
     h->dirty_pages -= x->dhi - x->dlo;
     if (h->counted) atomic_fetch_sub_explicit(&run_dirty_bytes, (size_t)(x->dhi - x->dlo) << h->page_shift, memory_order_relaxed);
   }
+  node_give(c, x);
   return before;
 }
 
@@ -171,10 +191,12 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   m += (size_t)pages * sizeof(uint32_t);
   c->last_of = (uint32_t *)m;
   m += (size_t)pages * sizeof(uint32_t);
+  c->page_node = (uint32_t *)m;
+  m += (size_t)pages * sizeof(uint32_t);
   c->node = (run_node_t *)m;
-  c->rows = (pages + RUN_NODE_GROUP - 1) / RUN_NODE_GROUP;
-  /* the node and last_of entries are set before they are read; these two
-   * are read as they are */
+  c->node_free = c->node_top = 0;
+  /* the nodes, page_node and last_of entries are set before they are read;
+   * these two are read as they are */
   __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
   __builtin_memset(c->bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t));
   c->base = base;
@@ -215,7 +237,7 @@ static run_node_t *find(run_heap_t *h, uint32_t n) {
   if (sure != b) { /* runs of exactly n or a little more share bin b with shorter ones */
     int looked = 0;
     for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++)
-      if (x->chunk->len[node_page(x->chunk, x)] >= n) return x;
+      if (x->chunk->len[x->page] >= n) return x;
   }
   unsigned found = bin_next(h, sure);
   if (found == RUN_BINS) return NULL;
@@ -241,7 +263,7 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
     int looked = 0;
     for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++) {
       run_chunk_t *c = x->chunk;
-      uint32_t s = node_page(c, x);
+      uint32_t s = x->page;
       if (aligned_page(c, s, align) + n <= s + c->len[s]) return x;
     }
   }
@@ -253,7 +275,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
   run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
   if (x == NULL) return false;
   run_chunk_t *c = x->chunk;
-  uint32_t s = node_page(c, x), m = c->len[s], lo = x->dlo, hi = x->dhi;
+  uint32_t s = x->page, m = c->len[s], lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   uint32_t at = s;
   if (align > 1) {
@@ -438,7 +460,7 @@ bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, ru
   run_node_t *x = h->dirty_head;
   if (x == NULL || (now - x->dirty_ms < delay && h->dirty_pages <= keep)) return false;
   run_chunk_t *c = x->chunk;
-  uint32_t s = node_page(c, x), n = c->len[s], lo = x->dlo, hi = x->dhi;
+  uint32_t s = x->page, n = c->len[s], lo = x->dlo, hi = x->dhi;
   free_remove(c, s);
   c->used += n;
   *out = (run_t){.chunk = c, .page = s, .pages = n, .dirty = true, .dlo = lo, .dhi = hi};

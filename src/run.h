@@ -22,13 +22,15 @@
 typedef struct run_chunk_s run_chunk_t;
 typedef struct run_heap_s run_heap_t;
 
-/* One per page; meaningful at the first page of a free run. */
+/* One per free run, from its chunk's pool (page_node finds it by the run's
+ * first page). */
 typedef struct run_node_s {
   struct run_node_s *next, *prev;   /* the bin's list, most recently freed first */
   struct run_node_s *dnext, *dprev; /* the heap's dirty list, oldest first */
   uint64_t dirty_ms;                /* when it last became dirty; 0: clean (never touched, or purged) */
   run_chunk_t *chunk;
   uint32_t dlo, dhi;                /* dirty: its pages that may be resident lie in [dlo, dhi) */
+  uint32_t page;                    /* the run's first page; in the pool's free stack, the next slot + 1 */
 } run_node_t;
 
 struct run_chunk_s {
@@ -43,8 +45,15 @@ struct run_chunk_s {
    * RUN_CACHED: it starts an allocated run kept in a run cache */
   uint64_t *bits;
   run_heap_t *heap;    /* in the first line, with the words above: what a lockless read needs */
-  run_node_t *node;    /* the pages' nodes, by group (run_node_at) */
-  uint32_t rows;       /* nodes a group: pages rounded up to RUN_NODE_GROUP, over it */
+  /* The nodes of the free runs: a chunk holds at most pages / 2 + 1 of them
+   * (free runs are merged, so an allocated page lies between two), taken
+   * from a pool that hands out the slots freed last first and fresh ones in
+   * order, so that the pool's pages in use follow the free runs in use, not
+   * the chunk's size. */
+  uint32_t *page_node; /* at a free run's first page: its node's slot */
+  run_node_t *node;
+  uint32_t node_free;  /* the pool's stack of freed slots: the top's slot + 1, 0 when empty */
+  uint32_t node_top;   /* slots ever handed out */
   run_chunk_t *next, *prev; /* the heap's chunks */
 };
 
@@ -74,10 +83,6 @@ typedef struct {
   uint32_t dlo, dhi;  /* run_purge_take: the stretch to purge */
 } run_t;
 
-/* Nodes are stored by page number modulo RUN_NODE_GROUP, so that the nodes of
- * pages a unit apart (where slabs start and split free runs) sit together and
- * most node pages are never touched. */
-#define RUN_NODE_GROUP 16
 
 #define RUN_FREE 0
 #define RUN_CACHED 1
@@ -87,9 +92,9 @@ hak_inline uint64_t *run_bits_word(const run_chunk_t *c, uint32_t i, unsigned wh
 hak_inline bool run_bit(const run_chunk_t *c, uint32_t i, unsigned which) { return *run_bits_word(c, i, which) >> (i % 64) & 1; }
 
 /* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
-#define RUN_CHUNK_META_BYTES(pages)                                                                       \
-  (((size_t)(pages) + RUN_NODE_GROUP - 1) / RUN_NODE_GROUP * RUN_NODE_GROUP * sizeof(run_node_t) +      \
-   (size_t)(pages) * 2 * sizeof(uint32_t) + ((size_t)(pages) + 63) / 64 * 2 * sizeof(uint64_t))
+#define RUN_CHUNK_META_BYTES(pages)                                                                   \
+  (((size_t)(pages) / 2 + 1) * sizeof(run_node_t) + (size_t)(pages) * 3 * sizeof(uint32_t) +          \
+   ((size_t)(pages) + 63) / 64 * 2 * sizeof(uint64_t))
 hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_BYTES(pages); }
 
 void run_heap_init(run_heap_t *h, unsigned page_shift, bool counted);
@@ -123,11 +128,6 @@ void run_shrink(run_t *r, uint32_t n, uint64_t now);
 /* Calls fn for every run of c in address order: free, or allocated (ctx is
  * fn's). Under the run heap's lock. */
 void run_chunk_walk(run_chunk_t *c, void (*fn)(void *ctx, run_t r, bool free), void *ctx);
-/* The node of page. */
-hak_inline run_node_t *run_node_at(const run_chunk_t *c, uint32_t page) {
-  return &c->node[page % RUN_NODE_GROUP * c->rows + page / RUN_NODE_GROUP];
-}
-
 /* The length of the allocated run that starts at page of c, read without
  * the lock: exact when the caller holds a live block there (no other
  * thread writes these words then); otherwise 0, or a length that the locked
