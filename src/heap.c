@@ -163,17 +163,20 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
 }
 
 /* A carve populates its pages in one call where they are two or more, or
- * one of a hot class's batch: a fault a page costs more. A populate holds
- * the address space's lock (mmap_lock) for reading, where a trapped fault
- * locks only its mapping: with more than POPULATE_MAX_RUNNING threads able
- * to run at once (threads holding a heap, processors in the affinity mask)
- * the populating threads queue on it, and carves leave their pages to fault. */
+ * one of a hot class's batch: a fault a page costs more. Only where every
+ * page holds a block's start, which the carve's link writes anyway: a page
+ * inside a larger block stays untouched until the program writes it. A
+ * populate holds the address space's lock (mmap_lock) for reading, where a
+ * trapped fault locks only its mapping: with more than POPULATE_MAX_RUNNING
+ * threads able to run at once (threads holding a heap, processors in the
+ * affinity mask) the populating threads queue on it, and carves leave their
+ * pages to fault. */
 #define POPULATE_MAX_RUNNING 4
 /* A hot class's carve also populates this much of its slab past the carve:
  * a growing class carves it soon, and one call then serves several carves. */
 #define POPULATE_AHEAD ((size_t)64 << 10)
-static unsigned carve_populate_pages(bool hot) {
-  if (MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
+static unsigned carve_populate_pages(size_t bsize, bool hot) {
+  if (bsize > os_page_size() || MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
   return hot ? 1 : 2;
 }
 
@@ -189,7 +192,7 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   if (s->bump >= s->end) return false;
   size_t n = heap_carve_count(heap, s->cls);
   bool hot = n >= carve_hot(s->cls);
-  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(hot), hot ? POPULATE_AHEAD : 0);
+  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(s->bsize, hot), hot ? POPULATE_AHEAD : 0);
   return true;
 }
 
