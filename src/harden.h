@@ -59,7 +59,7 @@ hak_inline block_t *block_link_of(const slab_t *s, const block_t *b) {
   if (!HAKMEM_SECURE) return (block_t *)((uintptr_t)b->next & ~BLOCK_FREE_BIT);
   block_t *next = (block_t *)((uintptr_t)b->next ^ s->key);
   char *start = slab_start(s);
-  if (next != slab_end(s) && ((char *)next < start || (char *)next >= s->end)) harden_fail("free list corrupted", b);
+  if (next != slab_end(s) && ((char *)next < start || (char *)next >= slab_blocks_end(s))) harden_fail("free list corrupted", b);
   return next;
 }
 
@@ -114,7 +114,7 @@ hak_inline void harden_on_alloc(const slab_t *s, block_t *b) {
 /* A block comes back to slab s: it must start a block and not be free. */
 hak_inline void harden_on_free(const slab_t *s, block_t *b) {
   if (!HAKMEM_SECURE) return;
-  if ((char *)b >= s->end || (char *)b < slab_first(s) || !slab_block_at(s, b))
+  if ((char *)b >= slab_blocks_end(s) || (char *)b < slab_first(s) || !slab_block_at(s, b))
     harden_fail("free of a pointer inside a block", b);
   if (((uint64_t *)b)[1] == secure_tag(s, b)) harden_fail("double free", b);
   ((uint64_t *)b)[1] = secure_tag(s, b);

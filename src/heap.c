@@ -189,7 +189,7 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
     slab_unpurge(s);
     return true;
   }
-  if (s->bump >= s->end) return false;
+  if (s->bump >= slab_blocks_end(s)) return false;
   size_t n = heap_carve_count(heap, s->cls);
   bool hot = n >= carve_hot(s->cls);
   heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(s->bsize, hot), hot ? POPULATE_AHEAD : 0);

@@ -80,7 +80,12 @@ hak_inline bool slab_block_at(const slab_t *s, const void *p) {
   return n * s->divc < s->divc;
 #endif
 }
-hak_inline char *slab_first(const slab_t *s) { return s->end - (size_t)s->capacity * s->bsize; }
+hak_inline char *slab_first(const slab_t *s) { return s->first; }
+/* The end of the slab's last whole block (NULL for an empty descriptor,
+ * whose first is NULL). */
+hak_inline char *slab_blocks_end(const slab_t *s) {
+  return (char *)((uintptr_t)s->first + (size_t)s->capacity * s->bsize);
+}
 
 /* ---- region memory ----------------------------------------------------- */
 

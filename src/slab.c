@@ -24,7 +24,7 @@ void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh
   char *start = slab_start(s);
   size_t pad = (bsize - (uint32_t)(uintptr_t)start % bsize) % bsize; /* up to the first block (slab_block_at) */
   s->capacity = (uint32_t)MIN((bytes - pad) / bsize, s->units * REMOTE_BITS_PER_UNIT);
-  s->end = start + pad + (size_t)s->capacity * bsize;
+  s->first = start + pad;
   __atomic_store_n(&s->bump, start + pad, __ATOMIC_RELAXED); /* remote frees read it to validate */
   s->next = s->prev = s->remote_next = NULL;
   remote_init(s);
@@ -68,10 +68,10 @@ void slab_reset(slab_t *s) {
  * carves then find resident with no call of their own; s->populated marks
  * how far. */
 size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages, size_t ahead) {
-  hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < s->end);
+  hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < slab_blocks_end(s));
   size_t bsize = s->bsize;
   char *b = s->bump, *last = b + (n - 1) * bsize;
-  if (last >= s->end) last = s->end - bsize;
+  if (last >= slab_blocks_end(s)) last = slab_blocks_end(s) - bsize;
   n = (size_t)(last - b) / bsize + 1;
   if (s->fresh) { /* the page of b, when not its start, was faulted in by the carve before */
     uintptr_t from = MAX(os_page_round((uintptr_t)b), (uintptr_t)s->populated),
@@ -333,30 +333,35 @@ static bool list_holds(const slab_t *c, const block_t *b) {
   return false;
 }
 
-/* Takes the bits set and pushes their blocks onto the free list, the
- * highest first, so that the list runs up through memory; returns the
- * blocks. */
+/* Takes the bits set and puts their blocks at the head of the free list in
+ * address order (the list runs up through memory); returns the blocks. */
 static size_t remote_take(slab_t *s, const slab_t *held, size_t *pushed) {
   _Atomic uint64_t *bits = remote_bits(s);
-  size_t n = 0;
-  *pushed = 0;
-  for (size_t i = remote_words(s); i-- > 0;) {
+  size_t twice = 0, k = 0, bsize = s->bsize;
+  block_t *head = NULL, *tail = NULL;
+  for (size_t i = 0, words = remote_words(s); i < words; i++) {
     if (!atomic_load_explicit(&bits[i], memory_order_relaxed)) continue;
     uint64_t v = atomic_exchange_explicit(&bits[i], 0, memory_order_acquire);
-    for (; v; n++) {
-      unsigned j = 63 - (unsigned)__builtin_clzll(v);
-      v &= ~(UINT64_C(1) << j);
-      block_t *b = slab_block_by_index(s, i * 64 + j);
+    char *base = slab_first(s) + i * 64 * bsize;
+    for (; v; v &= v - 1) {
+      block_t *b = (block_t *)(base + (size_t)__builtin_ctzll(v) * bsize);
       if (unlikely(held && list_holds(held, b))) {
         harden_double_free(b); /* returns only to ignore the second free */
+        twice++;
         continue;
       }
-      block_link(s, b, s->free);
-      s->free = b;
-      ++*pushed;
+      if (tail) block_link(s, tail, b);
+      else head = b;
+      tail = b;
+      k++;
     }
   }
-  return n;
+  if (tail) {
+    block_link(s, tail, s->free);
+    s->free = head;
+  }
+  *pushed = k;
+  return k + twice;
 }
 
 size_t slab_collect_remote(slab_t *s, const slab_t *held, bool *wiped) {

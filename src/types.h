@@ -58,7 +58,7 @@ typedef struct slab_s {
   uint32_t used;                 /* blocks handed out and not freed locally */
   uint32_t bsize;                /* block size */
   uint64_t divc;                 /* ceil(2^64 / bsize): block_at's multiplier */
-  char *end;                     /* end of the last whole block */
+  char *first;                   /* the first block (slab_block_at) */
   char *bump;                    /* first never-carved block (read by remote frees) */
   struct slab_s *head;           /* the slab's head descriptor */
   uint32_t capacity;             /* blocks */
