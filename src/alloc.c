@@ -244,25 +244,47 @@ static hak_noinline void free_rare(void *p, heap_t *heap) {
   maybe_tick(heap);
 }
 
-/* free's slow path for p in a region, whose unit's slab (or Large pages)
- * the fast path found as s: first the case that makes most of its calls, a
- * block of another heap's slab (or of its own with flags set). p comes
- * first and s third, where the fast path holds them: no register move
- * before its tail call but heap's. */
-static hak_noinline void free_slow(void *p, heap_t *heap, slab_t *s) {
-  /* the heap's own Large block (a sampled one tells the profiler first) */
+/* free_slow's paths that go on after a call, apart: in free_slow itself
+ * every call is the last thing done (a tail call), so that its common paths
+ * save and restore no registers. */
+static hak_noinline void free_large_or_rare(void *p, heap_t *heap) {
+  /* the profiling library's sampled blocks are freed by inner pointers */
+  if (likely(!prof_on) && large_free_hot(heap, p)) return;
+  free_rare(p, heap);
+}
+
+static hak_noinline void free_block_counted(heap_t *heap, slab_t *s, block_t *b) { free_block(heap, s, b); }
+
+/* free_slow without its tick: a Large block of the heap's own, else a
+ * block of another heap's slab (or of its own with flags set). */
+hak_inline void free_slow_body(void *p, heap_t *heap, slab_t *s) {
   if (s->kind == SLAB_NONE) {
-    if (likely(!prof_on) && large_free_hot(heap, p)) {
-      maybe_tick(heap);
-      return;
-    }
-    /* the profiling library's sampled blocks are freed by inner pointers */
-  } else if (likely(!(HAKMEM_PROFILING && prof_on) && slab_is_block(s, p))) {
-    free_block(heap, s, p);
-    maybe_tick(heap);
+    free_large_or_rare(p, heap);
+  } else if (unlikely((HAKMEM_PROFILING && prof_on) || !slab_is_block(s, p))) {
+    free_rare(p, heap);
+  } else if (unlikely(HAKMEM_SECURE || hak_stats_enabled || slab_owner(s) == ((uintptr_t)heap | SLAB_F_FULL))) {
+    free_block_counted(heap, s, p);
+  } else if (slab_heap(s) == heap) {
+    heap_free_local(heap, s, p);
+  } else {
+    heap_free_remote(heap, s, p);
+  }
+}
+
+static hak_noinline void free_slow_ticked(void *p, heap_t *heap, slab_t *s) {
+  slow_tick(heap);
+  free_slow_body(p, heap, s);
+}
+
+/* free's slow path for p in a region, whose unit's slab (or Large pages)
+ * the fast path found as s. p comes first and s third, where the fast path
+ * holds them: no register move before its tail call but heap's. */
+static hak_noinline void free_slow(void *p, heap_t *heap, slab_t *s) {
+  if (unlikely((++slow_calls & (TICK_EVERY - 1)) == 0)) {
+    free_slow_ticked(p, heap, s);
     return;
   }
-  free_rare(p, heap);
+  free_slow_body(p, heap, s);
 }
 
 hak_inline void free_inline(void *p) {
