@@ -214,7 +214,7 @@ void heap_slab_empty(heap_t *heap, slab_t *s);
  * class's next goes to another word, on the heap's tick after one with no
  * new free of the class, at thread exit and on trim. */
 #define FOREIGN_KEEP_BYTES 32768
-#define FOREIGN_HOME_EVERY 8
+#define FOREIGN_HOME_EVERY 32
 /* A list is shown to the fast path (made the class's view) once it keeps
  * FOREIGN_SHOW blocks or FOREIGN_SHOW_BYTES, not at each block: a list that
  * the next malloc empties would cost two view changes a block. */

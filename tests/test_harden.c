@@ -92,7 +92,7 @@ static void overwritten_link(void *arg)
 }
 
 /* Another thread frees 6 of this thread's blocks, which it keeps on its
- * foreign list (heap.h; fewer than one in 8 goes home at once), and
+ * foreign list (heap.h; fewer than one in 32 goes home at once), and
  * overwrites their links; at its exit the list goes home and finds the
  * first link broken. */
 enum { FOREIGN_N = 6 };
