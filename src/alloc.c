@@ -253,7 +253,9 @@ static hak_noinline void free_large_or_rare(void *p, heap_t *heap) {
   free_rare(p, heap);
 }
 
-static hak_noinline void free_block_counted(heap_t *heap, slab_t *s, block_t *b) { free_block(heap, s, b); }
+/* free_block out of line: the secure build, statistics, a full slab of the
+ * heap's own taken back. */
+static hak_noinline void free_block_apart(heap_t *heap, slab_t *s, block_t *b) { free_block(heap, s, b); }
 
 /* free_slow without its tick: a Large block of the heap's own, else a
  * block of another heap's slab (or of its own with flags set). */
@@ -263,7 +265,7 @@ hak_inline void free_slow_body(void *p, heap_t *heap, slab_t *s) {
   } else if (unlikely((HAKMEM_PROFILING && prof_on) || !slab_is_block(s, p))) {
     free_rare(p, heap);
   } else if (unlikely(HAKMEM_SECURE || hak_stats_enabled || slab_owner(s) == ((uintptr_t)heap | SLAB_F_FULL))) {
-    free_block_counted(heap, s, p);
+    free_block_apart(heap, s, p);
   } else if (slab_heap(s) == heap) {
     heap_free_local(heap, s, p);
   } else {

@@ -83,7 +83,6 @@ typedef struct {
   uint32_t dlo, dhi;  /* run_purge_take: the stretch to purge */
 } run_t;
 
-
 #define RUN_FREE 0
 #define RUN_CACHED 1
 /* The word of chunk c's bitmap `which` (RUN_FREE, RUN_CACHED) that holds

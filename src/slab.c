@@ -68,10 +68,11 @@ void slab_reset(slab_t *s) {
  * carves then find resident with no call of their own; s->populated marks
  * how far. */
 size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages, size_t ahead) {
-  hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < slab_blocks_end(s));
+  char *end = slab_blocks_end(s);
+  hak_assert(n >= 1 && n <= CARVE_MAX_BLOCKS && s->bump < end);
   size_t bsize = s->bsize;
   char *b = s->bump, *last = b + (n - 1) * bsize;
-  if (last >= slab_blocks_end(s)) last = slab_blocks_end(s) - bsize;
+  if (last >= end) last = end - bsize;
   n = (size_t)(last - b) / bsize + 1;
   if (s->fresh) { /* the page of b, when not its start, was faulted in by the carve before */
     uintptr_t from = MAX(os_page_round((uintptr_t)b), (uintptr_t)s->populated),
