@@ -158,6 +158,7 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
   else if (gap <= CARVE_HOT_GAP) n *= 2;
   else n >>= gap / CARVE_COLD_GAP < 16 ? gap / CARVE_COLD_GAP : 16;
   n = n < lo ? lo : n > hi ? hi : n;
+  if (n < hi) heap->grown_classes &= ~(UINT64_C(1) << cls);
   heap->carve_n[cls] = (uint16_t)n;
   return n;
 }
@@ -172,12 +173,20 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
  * affinity mask) the populating threads queue on it, and carves leave their
  * pages to fault. */
 #define POPULATE_MAX_RUNNING 4
-/* A hot class's carve also populates this much of its slab past the carve:
- * a growing class carves it soon, and one call then serves several carves. */
+/* A hot class's carve also populates up to this much of its slab past the
+ * carve: a growing class carves it soon, and one call then serves several
+ * carves. A class that ran through a slab while hot gets all of it; one
+ * still in its first such slab gets as much as the slab has carved, so that
+ * a class that stops growing leaves at most its own size populated unused. */
 #define POPULATE_AHEAD ((size_t)64 << 10)
 static unsigned carve_populate_pages(size_t bsize, bool hot) {
   if (bsize > os_page_size() || MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
   return hot ? 1 : 2;
+}
+static size_t carve_ahead(const heap_t *heap, const slab_t *s, bool hot) {
+  if (!hot) return 0;
+  if (heap->grown_classes >> s->cls & 1) return POPULATE_AHEAD;
+  return MIN(POPULATE_AHEAD, (size_t)(s->bump - slab_first(s)));
 }
 
 /* Whether s can serve an allocation, carving fresh blocks if its list is
@@ -189,10 +198,13 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
     slab_unpurge(s);
     return true;
   }
-  if (s->bump >= slab_blocks_end(s)) return false;
+  if (s->bump >= slab_blocks_end(s)) {
+    if (heap->carve_n[s->cls] >= carve_hot(s->cls)) heap->grown_classes |= UINT64_C(1) << s->cls;
+    return false;
+  }
   size_t n = heap_carve_count(heap, s->cls);
   bool hot = n >= carve_hot(s->cls);
-  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(s->bsize, hot), hot ? POPULATE_AHEAD : 0);
+  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(s->bsize, hot), carve_ahead(heap, s, hot));
   return true;
 }
 
@@ -826,6 +838,7 @@ heap_t *heap_init_thread(void) {
   if (h) {
     h->next_abandoned = NULL;
     __builtin_memset(h->carve_n, 0, sizeof h->carve_n); /* a new thread starts small */
+    h->grown_classes = 0;
     stat_inc(heaps_adopted);
   } else if ((h = heap_new()) == NULL) {
     return NULL;
