@@ -355,10 +355,14 @@ static void foreign_send(heap_t *heap, slab_t *fc) {
 void heap_foreign_full(heap_t *heap, unsigned cls) {
   slab_t *fc = &heap->foreign[cls];
   uint32_t n = fc->capacity - fc->used;
-  if (n * fc->bsize > FOREIGN_KEEP_BYTES) {
+  if (n * fc->bsize > FOREIGN_TRY_BYTES + heap->foreign_more[cls]) {
     /* none taken since the list last emptied: this thread frees the class
      * and does not allocate it (a consumer), so its frees go home at once */
     if (fc->used == 0) heap->foreign_skip[cls] = FOREIGN_SKIP;
+    else if (heap->foreign_more[cls] == 0) { /* it allocates the class: keep more */
+      heap->foreign_more[cls] = FOREIGN_KEEP_BYTES - FOREIGN_TRY_BYTES;
+      return;
+    }
     foreign_send(heap, fc);
     return;
   }
@@ -838,6 +842,7 @@ heap_t *heap_init_thread(void) {
   if (h) {
     h->next_abandoned = NULL;
     __builtin_memset(h->carve_n, 0, sizeof h->carve_n); /* a new thread starts small */
+    __builtin_memset(h->foreign_more, 0, sizeof h->foreign_more);
     h->grown_classes = 0;
     stat_inc(heaps_adopted);
   } else if ((h = heap_new()) == NULL) {

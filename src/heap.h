@@ -85,6 +85,7 @@ struct heap_s {
   slab_t *foreign;
   uint32_t foreign_frees; /* frees onto them: one in FOREIGN_HOME_EVERY goes home instead */
   uint16_t foreign_skip[NUM_CLASSES]; /* remote frees of the class that start a batch still to send home at once (heap.c) */
+  uint16_t foreign_more[NUM_CLASSES]; /* bytes its list keeps past FOREIGN_TRY_BYTES: 0 until the thread took from it */
   /* the view of a class with no block at hand: its own, so that the fast
    * path's test (which writes the word it reads) stays in this heap */
   slab_t empty;
@@ -216,13 +217,17 @@ void heap_slab_empty(heap_t *heap, slab_t *s);
  * new free of the class, at thread exit and on trim. */
 #define FOREIGN_KEEP_BYTES 32768
 #define FOREIGN_HOME_EVERY 32
+/* Until the thread takes a block of the class off its list, the list keeps
+ * FOREIGN_TRY_BYTES, not FOREIGN_KEEP_BYTES: a consumer's list of each
+ * class it frees holds its owners' memory up for no malloc of its own. */
+#define FOREIGN_TRY_BYTES 8192u
 /* A list is shown to the fast path (made the class's view) once it keeps
  * FOREIGN_SHOW blocks or FOREIGN_SHOW_BYTES, not at each block: a list that
  * the next malloc empties would cost two view changes a block. */
 #define FOREIGN_SHOW 8
 #define FOREIGN_SHOW_BYTES 4096
 void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b);
-/* cls's foreign list passed FOREIGN_KEEP_BYTES (it goes home), or is worth
+/* cls's foreign list passed its bound (it goes home), or is worth
  * showing to the fast path and is not shown yet. */
 void heap_foreign_full(heap_t *heap, unsigned cls);
 hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
@@ -232,7 +237,7 @@ hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
     block_link(fc, b, fc->free);
     fc->free = b;
     uint32_t n = ++fc->capacity - fc->used, bytes = n * fc->bsize;
-    if (unlikely(bytes > FOREIGN_KEEP_BYTES ||
+    if (unlikely(bytes > FOREIGN_TRY_BYTES + heap->foreign_more[cls] ||
                  (heap->active[cls] != fc && (n >= FOREIGN_SHOW || bytes >= FOREIGN_SHOW_BYTES))))
       heap_foreign_full(heap, cls);
     return;
