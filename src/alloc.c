@@ -282,6 +282,7 @@ static hak_noinline void free_slow_ticked(void *p, heap_t *heap, slab_t *s) {
  * the fast path found as s. p comes first and s third, where the fast path
  * holds them: no register move before its tail call but heap's. */
 static hak_noinline void free_slow(void *p, heap_t *heap, slab_t *s) {
+  s = s->head; /* the fast path read p's unit's own descriptor */
   if (unlikely((++slow_calls & (TICK_EVERY - 1)) == 0)) {
     free_slow_ticked(p, heap, s);
     return;
@@ -293,7 +294,9 @@ hak_inline void free_inline(void *p) {
   heap_t *heap = heap_get();
   size_t i = map_index(p);
   if (likely(map_fast_is_region(i))) {
-    slab_t *s = slab_of_entry(i, p);
+    /* p's unit's own descriptor (the secure build's frees go onto the
+     * head's list: they take it) */
+    slab_t *s = HAKMEM_SECURE ? slab_of_entry(i, p) : unit_of_entry(i, p);
     /* the secure build checks the pointer with the rest (harden_on_free) */
     if (likely(slab_owned_by(s, heap) && (HAKMEM_SECURE || slab_block_at(s, p)))) {
       harden_on_free(s, p);

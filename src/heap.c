@@ -84,9 +84,11 @@ static void heap_set_active(heap_t *heap, unsigned cls, slab_t *s) {
 static void slab_set_full(heap_t *heap, slab_t *s) {
   /* read by remote frees (heap_remote_full): an atomic store */
   __atomic_store_n(&s->full_gen, atomic_load_explicit(&heap->collects, memory_order_relaxed), __ATOMIC_RELAXED);
-  atomic_fetch_or_explicit(&s->owner, SLAB_F_FULL, memory_order_release);
+  slab_mirror_owner(s, atomic_fetch_or_explicit(&s->owner, SLAB_F_FULL, memory_order_release) | SLAB_F_FULL);
 }
-static void slab_clear_full(slab_t *s) { atomic_fetch_and_explicit(&s->owner, ~(uintptr_t)SLAB_F_FULL, memory_order_relaxed); }
+static void slab_clear_full(slab_t *s) {
+  slab_mirror_owner(s, atomic_fetch_and_explicit(&s->owner, ~(uintptr_t)SLAB_F_FULL, memory_order_relaxed) & ~(uintptr_t)SLAB_F_FULL);
+}
 
 static long purge_delay(void) { return policy_knob(KNOB_PURGE_DELAY_MS); }
 
@@ -641,6 +643,7 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   if (!dirty) atomic_fetch_add_explicit(&heap_fresh_slab_bytes, (size_t)s->units * UNIT_SIZE, memory_order_relaxed);
   slab_init(s, heap, hak_stats_enabled ? SLAB_F_SLOW : 0, cls, !dirty);
   s->tc_off = (uint16_t)(offsetof(heap_t, tc) + cls * sizeof(slab_t));
+  slab_mirror(s);
   slab_t *c = &heap->tc[cls];
   if (c->free == NULL) { /* the class's first slab: its tcache starts empty */
     tc_reset(heap, cls);

@@ -53,6 +53,13 @@ hak_inline slab_t *slab_in(region_t *r, const void *p) {
   return r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)].head;
 }
 hak_inline slab_t *slab_of(const void *p) { return slab_in(region_of(p), p); }
+/* The descriptor of p's own unit, in map entry i: a slab's head or one of
+ * its other units, which mirror what free's fast path reads (slab.h). No
+ * load, where slab_of_entry loads the head. */
+hak_inline slab_t *unit_of_entry(size_t i, const void *p) {
+  __asm__("" : "+r"(i));
+  return &((region_t *)(i << REGION_SHIFT))->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)];
+}
 /* slab_of(p) for p in map entry i: the region's address is i shifted back,
  * which the compiler would otherwise recompute from p (free: one
  * instruction less). The empty asm hides that i came from p. */

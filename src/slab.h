@@ -51,6 +51,20 @@ hak_inline block_t *slab_pop_taken(slab_t *s, block_t *b) {
   return b;
 }
 
+/* Copies what free's fast path reads of slab s (owner, divc, tc_off) to
+ * the descriptors of its other units; with a new owner word, that alone.
+ * Only the owner writes them and only its fast path acts on them: another
+ * thread's free finds an owner not its own there, as at the head. */
+hak_inline void slab_mirror_owner(slab_t *s, uintptr_t owner) {
+  for (unsigned i = 1; i < s->units; i++) atomic_store_explicit(&s[i].owner, owner, memory_order_relaxed);
+}
+hak_inline void slab_mirror(slab_t *s) {
+  for (unsigned i = 1; i < s->units; i++) {
+    s[i].divc = s->divc;
+    s[i].tc_off = s->tc_off;
+  }
+  slab_mirror_owner(s, slab_owner(s));
+}
 /* Makes span s a slab of class cls owned by `owner` (a heap; flags:
  * SLAB_F_*); fresh: its pages were never touched (or were purged). */
 void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh);

@@ -44,7 +44,9 @@ struct heap_s;
 
 /* One descriptor per unit of a region. A slab spans one or more units; only
  * the head descriptor is used, and every descriptor points to its head (a
- * free unit's to itself), so that free finds the slab with one load. Three
+ * free unit's to itself), so that free finds the slab with one load. The
+ * other units' descriptors also mirror the head's owner, divc and tc_off
+ * (slab_mirror), so that free's fast path reads its unit's line alone. Three
  * cache lines, padded to four: what malloc, free and other threads' frees
  * touch (one line a call: the owner's list beside what tells a block and
  * its owner), what only the owner's slow paths touch, and the word other
