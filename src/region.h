@@ -49,24 +49,20 @@ typedef struct region_s {
 } region_t;
 
 hak_inline region_t *region_of(const void *p) { return (region_t *)((uintptr_t)p & ~(REGION_SIZE - 1)); }
-hak_inline slab_t *slab_in(region_t *r, const void *p) {
-  return r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)].head;
-}
+/* The descriptor of p's unit in region r: a slab's head, one of its other
+ * units (which mirror what free's fast path reads, slab.h), or a free unit. */
+hak_inline slab_t *unit_in(region_t *r, const void *p) { return &r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)]; }
+hak_inline slab_t *slab_in(region_t *r, const void *p) { return unit_in(r, p)->head; }
 hak_inline slab_t *slab_of(const void *p) { return slab_in(region_of(p), p); }
-/* The descriptor of p's own unit, in map entry i: a slab's head or one of
- * its other units, which mirror what free's fast path reads (slab.h). No
- * load, where slab_of_entry loads the head. */
+/* unit_in for p in map entry i: the region's address is i shifted back,
+ * which the compiler would otherwise recompute from p (free: one
+ * instruction less). The empty asm hides that i came from p. No load. */
 hak_inline slab_t *unit_of_entry(size_t i, const void *p) {
   __asm__("" : "+r"(i));
-  return &((region_t *)(i << REGION_SHIFT))->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)];
+  return unit_in((region_t *)(i << REGION_SHIFT), p);
 }
-/* slab_of(p) for p in map entry i: the region's address is i shifted back,
- * which the compiler would otherwise recompute from p (free: one
- * instruction less). The empty asm hides that i came from p. */
-hak_inline slab_t *slab_of_entry(size_t i, const void *p) {
-  __asm__("" : "+r"(i));
-  return slab_in((region_t *)(i << REGION_SHIFT), p);
-}
+/* slab_of(p) for p in map entry i. */
+hak_inline slab_t *slab_of_entry(size_t i, const void *p) { return unit_of_entry(i, p)->head; }
 hak_inline char *slab_start(const slab_t *s) {
   region_t *r = region_of(s);
   return (char *)r + (size_t)(s - r->slabs) * UNIT_SIZE;
