@@ -18,6 +18,11 @@
 #define ARENA_BLOCK_MAX (ARENA_MAX / 4) /* larger blocks are mapped on their own */
 #define HUGE_MAGIC 0x68616b6d656d4855ull
 #define HUGE_RESERVE 2 /* an own mapping that realloc grows reserves twice its need */
+/* A block placed on dirty units starts on this grid where they hold it
+ * there (run_alloc): a program that writes only the first pages of its
+ * blocks then writes them where freed blocks wrote theirs, and the pages it
+ * keeps resident are bounded by the grid's points, not by every unit's. */
+#define HUGE_GRID_UNITS 8
 
 /* An arena's metadata, in a mapping of its own: the run chunk of its units
  * and, at each block's first unit, its usable size and how many of its units
@@ -99,7 +104,10 @@ static bool arena_new(size_t n) {
   for (int i = 0; i < MAP_ARENAS && k < 0; i++)
     if (arenas[i] == NULL) k = i;
   if (k >= 0) {
-    if (runs.page_shift == 0) run_heap_init(&runs, UNIT_BITS, false);
+    if (runs.page_shift == 0) {
+      run_heap_init(&runs, UNIT_BITS, false);
+      runs.grid_probe = true;
+    }
     run_chunk_add(&runs, &a->chunk, base, (uint32_t)units, (uint32_t)(mapped >> UNIT_BITS), a->meta, 0);
     arenas[k] = a;
     map_set(base, size, (uint8_t)(MAP_ARENA + k));
@@ -218,8 +226,8 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   bool ok = false;
   for (int tries = 0; tries < 2 && !ok; tries++) {
     hak_lock(&huge_lock);
-    ok = runs.page_shift && run_alloc(&runs, (uint32_t)units, a, 1, &r);
-    if (!ok && arena_grow(units + a - 1)) ok = run_alloc(&runs, (uint32_t)units, a, 1, &r);
+    ok = runs.page_shift && run_alloc(&runs, (uint32_t)units, a, HUGE_GRID_UNITS, &r);
+    if (!ok && arena_grow(units + a - 1)) ok = run_alloc(&runs, (uint32_t)units, a, HUGE_GRID_UNITS, &r);
     if (ok) {
       arena_t *ar = arena_of_run(r);
       ar->usable[r.page] = MIN(units << UNIT_BITS, os_page_round(bytes + bytes / 4));

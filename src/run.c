@@ -270,6 +270,26 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
   return find(h, n + align - 1);
 }
 
+/* Whether moving a block from page lo of c to its grid would leave
+ * resident pages behind (heaps with grid_probe; others never look): lo's
+ * first OS page tells, resident when the skipped pages were written whole,
+ * not when they lie past the head of a block that was written only there. */
+#define PROBE_TRUST 4
+#define PROBE_REUSE 15
+static bool skips_resident(const run_chunk_t *c, uint32_t lo) {
+  run_heap_t *h = c->heap;
+  if (!h->grid_probe) return false;
+  if (h->probe_reuse) {
+    h->probe_reuse--;
+    return h->probe_resident;
+  }
+  bool resident = os_resident(c->base + ((size_t)lo << h->page_shift), 1) != 0;
+  h->probe_agreed = resident == h->probe_resident ? (uint8_t)MIN(h->probe_agreed + 1, PROBE_TRUST) : 0;
+  h->probe_resident = resident;
+  if (h->probe_agreed >= PROBE_TRUST) h->probe_reuse = PROBE_REUSE;
+  return resident;
+}
+
 bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out) {
   hak_assert(n >= 1 && is_pow2(align) && is_pow2(grid));
   run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
@@ -283,7 +303,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
   } else if (t) { /* over as much of the dirty stretch as it holds: on the grid if it holds it there */
     if (hi - lo >= n) {
       uint32_t g = aligned_page(c, lo, grid);
-      at = g <= hi - n ? g : lo;
+      at = g <= hi - n && (g == lo || !skips_resident(c, lo)) ? g : lo;
     } else {
       at = hi > n ? hi - n : 0;
     }

@@ -68,6 +68,15 @@ struct run_heap_s {
   run_chunk_t *chunks;
   unsigned page_shift;
   bool counted; /* its dirty pages count in run_dirty_bytes */
+  /* run_alloc moves a block onto its grid past dirty pages only where none
+   * of those is resident (mincore): the pages it skips can then hold no
+   * block of this heap's sizes, and resident ones would stay so unused.
+   * Once PROBE_TRUST probes in a row agree, the verdict stands for the next
+   * PROBE_REUSE placements: a program writes its blocks whole or sparsely
+   * for long stretches, and each probe is a system call. */
+  bool grid_probe;
+  bool probe_resident;               /* the last verdict */
+  uint8_t probe_agreed, probe_reuse; /* probes in a row that agreed; placements left on the verdict */
 };
 
 /* Dirty free bytes of the counted run heaps (slab units, Large pages), and
@@ -112,7 +121,8 @@ void run_chunk_remove(run_chunk_t *c);
  * it, it starts on a multiple of grid pages where the stretch holds it
  * there (a power of two; 1: anywhere), so that blocks of which a program
  * writes only the first pages start where freed ones did, on pages it
- * wrote, not in the middle of a freed block, never written. */
+ * wrote, not in the middle of a freed block, never written (with
+ * grid_probe: only where the pages it skips are not resident). */
 bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out);
 /* Frees allocated run r (whole); dirty: its pages may be resident. Returns
  * whether the chunk now holds no allocated run. */
