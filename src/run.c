@@ -113,6 +113,10 @@ static void set_bit(run_chunk_t *c, uint32_t i, unsigned which, bool on) {
   __atomic_store_n(word, on ? w | bit : w & ~bit, __ATOMIC_RELAXED);
 }
 
+/* Page i of c starts an allocated run of n pages, not cached (0: it does
+ * not): an atomic store, read without the lock (run_live_pages). */
+static void set_live(run_chunk_t *c, uint32_t i, uint32_t n) { __atomic_store_n(&c->live[i], n, __ATOMIC_RELAXED); }
+
 /* Makes [s, s+n) a free run dirty since t (0: clean) in [dlo, dhi); on the
  * dirty list after `after` (NULL: at the head), or at the tail if at_tail. */
 static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint32_t dlo, uint32_t dhi,
@@ -188,6 +192,8 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   c->bits = (uint64_t *)m;
   m += (pages + 63) / 64 * 2 * sizeof(uint64_t);
   c->len = (uint32_t *)m;
+  m += (size_t)pages * sizeof(uint32_t);
+  c->live = (uint32_t *)m; /* zeros already: fresh memory, or a chunk that held no allocated run */
   m += (size_t)pages * sizeof(uint32_t);
   c->last_of = (uint32_t *)m;
   m += (size_t)pages * sizeof(uint32_t);
@@ -319,6 +325,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
   }
   free_piece(c, at + n, s + m - at - n, t, lo, hi, before);
   c->len[at] = n;
+  set_live(c, at, n);
   c->used += n;
   *out = (run_t){.chunk = c, .page = at, .pages = n, .dirty = t && MAX(lo, at) < MIN(hi, at + n)};
   return true;
@@ -332,6 +339,7 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   run_chunk_t *c = r.chunk;
   uint32_t s = r.page, n = c->len[s];
   hak_assert(n == r.pages && !free_start(c, s) && dirty <= n);
+  set_live(c, s, 0);
   c->used -= n;
   uint64_t t = dirty ? (now ? now : 1) : 0;
   uint32_t lo = dirty ? s : UINT32_MAX, hi = dirty ? s + dirty : 0;
@@ -371,6 +379,7 @@ bool run_grow(run_t *r, uint32_t n, bool *dirty) {
   c->len[end] = 0;
   free_piece(c, end + want, m - want, t, lo, hi, before);
   c->len[r->page] = n;
+  set_live(c, r->page, n);
   c->used += want;
   r->pages = n;
   *dirty = t && MAX(lo, end) < MIN(hi, end + want);
@@ -382,6 +391,7 @@ void run_shrink(run_t *r, uint32_t n, uint64_t now) {
   if (n >= r->pages) return;
   uint32_t tail = r->page + n, k = r->pages - n;
   c->len[r->page] = n;
+  set_live(c, r->page, n);
   c->len[tail] = k;
   r->pages = n;
   run_free((run_t){.chunk = c, .page = tail, .pages = k, .dirty = true}, true, now);
@@ -412,6 +422,7 @@ bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_
   if (n >= MIN(max_n, RUN_CACHE_DEPTH) || k->pages + r.pages > max_pages) return false;
   k->slot[cls][n] = (run_cache_slot_t){.chunk = r.chunk, .page = r.page, .ms = (uint32_t)now};
   set_bit(r.chunk, r.page, RUN_CACHED, true);
+  set_live(r.chunk, r.page, 0);
   k->n[cls] = n + 1;
   k->pages += r.pages;
   return true;
@@ -422,6 +433,7 @@ static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
   run_chunk_t *c = x->chunk;
   set_bit(c, x->page, RUN_CACHED, false);
   run_t r = {.chunk = c, .page = x->page, .pages = c->len[x->page], .dirty = true};
+  set_live(c, x->page, r.pages);
   k->pages -= r.pages;
   return r;
 }

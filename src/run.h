@@ -39,6 +39,10 @@ struct run_chunk_s {
   uint32_t limit;      /* pages [0, limit) are managed; a chunk grows as its memory is mapped */
   uint32_t used;       /* pages in allocated runs */
   uint32_t *len;       /* at a run's first page (free or allocated): its length; 0 inside runs */
+  /* at an allocated run's first page, not in a run cache: its length; 0
+   * everywhere else, so that a chunk with no allocated run holds zeros
+   * (run_live_pages reads this one word, not len's and the bitmap's) */
+  uint32_t *live;
   uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
   /* two words per 64 pages, side by side so that one line holds both:
    * bit i % 64 of word RUN_FREE: page i starts a free run; of word
@@ -101,7 +105,7 @@ hak_inline bool run_bit(const run_chunk_t *c, uint32_t i, unsigned which) { retu
 
 /* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
 #define RUN_CHUNK_META_BYTES(pages)                                                                   \
-  (((size_t)(pages) / 2 + 1) * sizeof(run_node_t) + (size_t)(pages) * 3 * sizeof(uint32_t) +          \
+  (((size_t)(pages) / 2 + 1) * sizeof(run_node_t) + (size_t)(pages) * 4 * sizeof(uint32_t) +          \
    ((size_t)(pages) + 63) / 64 * 2 * sizeof(uint64_t))
 hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_BYTES(pages); }
 
@@ -143,11 +147,8 @@ void run_chunk_walk(run_chunk_t *c, void (*fn)(void *ctx, run_t r, bool free), v
  * calls will not confirm. Not in a cache (a cached run's node has its time). */
 hak_inline uint32_t run_live_pages(const run_chunk_t *c, uint32_t page) {
   if (page >= c->pages) return 0;
-  uint32_t n = __atomic_load_n(&c->len[page], __ATOMIC_RELAXED);
-  if (n == 0 || n > c->pages - page) return 0;
-  uint64_t bits = __atomic_load_n(run_bits_word(c, page, RUN_FREE), __ATOMIC_RELAXED) |
-                  __atomic_load_n(run_bits_word(c, page, RUN_CACHED), __ATOMIC_RELAXED);
-  return bits >> (page % 64) & 1 ? 0 : n;
+  uint32_t n = __atomic_load_n(&c->live[page], __ATOMIC_RELAXED);
+  return n <= c->pages - page ? n : 0;
 }
 /* The allocated run that starts at page of c; {NULL} when none does. */
 run_t run_at(run_chunk_t *c, uint32_t page);
