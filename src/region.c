@@ -322,7 +322,7 @@ static void usage_of_run(void *ctx, run_t run, bool free) {
   char *p = run_addr(run);
   size_t n = os_resident(p, run_bytes(run));
   region_t *r = region_of(p);
-  slab_t *d = &r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)];
+  slab_t *d = unit_in(r, p);
   if (free) u->free += n;
   else if (((uintptr_t)p & (UNIT_SIZE - 1)) == 0 && d->head == d && atomic_load_explicit(&d->owner, memory_order_relaxed)) {
     u->slabs += n;

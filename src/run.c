@@ -106,11 +106,11 @@ static void dirty_remove(run_heap_t *h, run_node_t *x) {
 
 static bool free_start(const run_chunk_t *c, uint32_t i) { return run_bit(c, i, RUN_FREE); }
 
-/* An atomic store (a plain one on x86-64): run_live_pages reads the words
- * without the lock, while runs beside the reader's change. */
+/* Under the run heap's lock, as every read of the bitmap is (the lockless
+ * reader, run_live_pages, reads live[]). */
 static void set_bit(run_chunk_t *c, uint32_t i, unsigned which, bool on) {
-  uint64_t *word = run_bits_word(c, i, which), bit = (uint64_t)1 << (i % 64), w = *word;
-  __atomic_store_n(word, on ? w | bit : w & ~bit, __ATOMIC_RELAXED);
+  uint64_t *word = run_bits_word(c, i, which), bit = (uint64_t)1 << (i % 64);
+  *word = on ? *word | bit : *word & ~bit;
 }
 
 /* Page i of c starts an allocated run of n pages, not cached (0: it does

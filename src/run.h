@@ -44,9 +44,9 @@ struct run_chunk_s {
    * (run_live_pages reads this one word, not len's and the bitmap's) */
   uint32_t *live;
   uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
-  /* two words per 64 pages, side by side so that one line holds both:
-   * bit i % 64 of word RUN_FREE: page i starts a free run; of word
-   * RUN_CACHED: it starts an allocated run kept in a run cache */
+  /* two words per 64 pages, side by side: bit i % 64 of word RUN_FREE:
+   * page i starts a free run; of word RUN_CACHED: it starts an allocated
+   * run kept in a run cache (read and written under the lock) */
   uint64_t *bits;
   run_heap_t *heap;    /* in the first line, with the words above: what a lockless read needs */
   /* The nodes of the free runs: a chunk holds at most pages / 2 + 1 of them
