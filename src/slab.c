@@ -243,9 +243,12 @@ static void inbox_push(slab_t *s) {
 
 /* A full slab's owner handed out every block and looks at it again only
  * through its inbox: once all of them came back, no one else may touch its
- * blocks. */
-static bool remote_full(const slab_t *s, uint64_t word) {
-  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == s->capacity &&
+ * blocks. capacity: s's, read before the publish that made `word`: after
+ * it, another thread's last free may wipe s and its units make a new slab,
+ * so only the atomic owner word is read then, and only once the count says
+ * this publish completed s. */
+static bool remote_full(const slab_t *s, uint32_t capacity, uint64_t word) {
+  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == capacity &&
          (slab_owner(s) & SLAB_F_FULL);
 }
 
@@ -271,6 +274,7 @@ bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b) {
 hak_inline uint64_t remote_publish(slab_t *s, uint32_t w, uint64_t bits, uint64_t n) {
   _Atomic uint64_t *units = &region_of(s)->remote_units;
   uint64_t mask = remote_unit_mask(s);
+  uint32_t capacity = s->capacity; /* while the blocks not yet counted hold s up */
   if ((atomic_load_explicit(units, memory_order_relaxed) & mask) != mask)
     atomic_fetch_or_explicit(units, mask, memory_order_relaxed);
   uint64_t old = atomic_fetch_add_explicit(&s->remote, n, memory_order_acq_rel);
@@ -285,7 +289,7 @@ hak_inline uint64_t remote_publish(slab_t *s, uint32_t w, uint64_t bits, uint64_
     if (n == 0) return 0;
   }
   if (remote_count(old) == 0) inbox_push(s); /* the owner's collector then visits this slab once */
-  return remote_full(s, old + n) ? old + n : 0;
+  return remote_full(s, capacity, old + n) ? old + n : 0;
 }
 
 uint64_t slab_batch_publish(slab_batch_t *q) {
