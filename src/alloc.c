@@ -222,7 +222,7 @@ static hak_noinline void free_rare(void *p, heap_t *heap) {
   bool ok = true;
   if (s && s->kind == SLAB_NONE) {
     if (unlikely(prof_on)) prof_forget(p);
-    ok = large_free(p, true);
+    ok = large_free(p);
   } else if (s) {
     char *b = sampled_block(s, p);
     if (b && prof_forget(p)) p = b;
@@ -406,20 +406,24 @@ static hak_noinline void *realloc_slow(void *p, size_t size) {
   }
   /* A block that grows out of its place to REALLOC_HUGE_MIN or more moves to
    * a mapping of its own, where later growth is in place or moves its pages
-   * instead of copying them, leaving no freed copy resident. Below that it
-   * moves to Large pages up to the next unit's end: a buffer grown a little
-   * at a time then grows in place through the unit (pages it does not reach
-   * are never touched), where the next class's pages would often be taken
-   * by a neighbour and each step of an eighth would copy it again. */
+   * instead of copying them. Below that it moves to Large pages of twice its
+   * size (up to REALLOC_HUGE_MIN), to a unit's end, and grows into them in
+   * place (pages it does not reach are never touched): copied a few times on
+   * its way, not at every unit. The copies it leaves are kept for the next
+   * blocks of their classes, as any freed block is: buffers grown again the
+   * same way (the next request, record, round) take them back where they
+   * were, where merged runs would be cut elsewhere each time. The copy left
+   * by the move out of Large, as large as the block, is purged at once:
+   * else every buffer grown past it would hold its size twice. */
   bool grows = size > old && size > SMALL_MAX;
   void *q = NULL;
-  if (grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE) q = huge_alloc_growing(size);
-  else if (grows && size < REALLOC_HUGE_MIN) q = alloc_inline(align_up(size, UNIT_SIZE));
+  bool to_huge = grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE;
+  if (to_huge) q = huge_alloc_growing(size);
+  else if (grows && size < REALLOC_HUGE_MIN) q = alloc_inline(align_up(MAX(size, MIN(2 * old, REALLOC_HUGE_MIN)), UNIT_SIZE));
   if (q == NULL && (q = alloc_inline(size)) == NULL) return NULL;
   memcpy(q, p, old < size ? old : size);
-  if (large && unlikely(prof_on)) prof_forget(p);
-  if (large) large_free(p, false);
-  else free_inline(p);
+  if (large && to_huge) os_purge(p, old);
+  free_inline(p);
   return q;
 }
 

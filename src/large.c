@@ -167,15 +167,13 @@ static size_t cache_pages(const heap_t *heap) {
 }
 
 /* Frees allocated run r of heap (its lock held): to its class's cache, or
- * back to the free runs (an aligned one, one beyond the cache's bounds, one
- * that realloc moved: the free pages it leaves let its neighbours grow in
- * place). */
-static void free_locked(heap_t *heap, run_t r, bool cache, uint64_t now, long delay) {
+ * back to the free runs (an aligned one, one beyond the cache's bounds). */
+static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
   size_t bytes = run_bytes(r);
   live_add(heap, bytes, 0);
   int c = cache_class(bytes);
   size_t bound = cache_pages(heap);
-  bool cached = cache && delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, bound);
+  bool cached = delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, bound);
   if (heap->lcache.pages > bound) run_cache_trim(&heap->lcache, bound, now); /* the heap shrank */
   region_t *reg = region_of(run_addr(r));
   if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
@@ -202,7 +200,7 @@ static void hot_send(heap_t *heap, unsigned c, uint32_t n, uint64_t now, long de
     run_t r = run_at(ch, (uint32_t)((uintptr_t)(p - ch->base) >> os_page_log2()));
     /* off the stack's count before the live count: large_live_bytes never sees both */
     __atomic_store_n(&h->bytes, h->bytes - run_bytes(r), __ATOMIC_RELAXED);
-    free_locked(heap, r, true, now, delay);
+    free_locked(heap, r, now, delay);
   }
   __builtin_memmove(h->blk[c], h->blk[c] + n, (h->n[c] - n) * sizeof(void *));
   h->n[c] = (uint8_t)(h->n[c] - n);
@@ -287,16 +285,16 @@ hak_inline int hot_push(heap_t *heap, void *p) {
 
 bool large_free_hot(heap_t *heap, void *p) { return policy_knob(KNOB_PURGE_DELAY_MS) != 0 && hot_push(heap, p) > 0; }
 
-bool large_free(void *p, bool cache) {
+bool large_free(void *p) {
   heap_t *heap = heap_get();
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
-  int hot = cache && delay != 0 ? hot_push(heap, p) : 0;
+  int hot = delay != 0 ? hot_push(heap, p) : 0;
   if (hot) return hot > 0;
   run_t r = block_run(p, &heap);
   if (r.chunk == NULL) return false;
   stat_free(STAT_ROW_LARGE, run_bytes(r), true);
   uint64_t now = os_now_ms();
-  free_locked(heap, r, cache, now, delay);
+  free_locked(heap, r, now, delay);
   heap_unlock(heap);
   if (delay == 0) heap_purge(heap, now, 0, true, NULL);
   return true;

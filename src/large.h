@@ -18,9 +18,9 @@ void large_init(void);
 /* A block of size bytes aligned to align (at most REGION_SIZE / 2); zeroed
  * with zero. NULL when out of memory. */
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
-/* Frees Large block p (in a region, on a unit no slab holds); with cache,
- * it may be kept for the next block of its class. False when p is not one. */
-bool large_free(void *p, bool cache);
+/* Frees Large block p (in a region, on a unit no slab holds); it may be
+ * kept for the next block of its class. False when p is not one. */
+bool large_free(void *p);
 /* The owner's malloc of size bytes (a Large size, no alignment, not zeroed)
  * from the blocks it freed last, without the lock; NULL when it keeps none
  * of the size's class. */

@@ -578,9 +578,10 @@ static void test_grow(void)
       size_t want = size + STEP;
       unsigned char *nb = tu_launder(A(realloc)(b[k], want));
       CHECKF(nb != NULL, "realloc(%zu)", want);
-      /* a class's rounding, or (moved below 256 KiB) room to the next 64 KiB unit's end, which it
-       * grows into in place: the resident check below holds either way */
-      size_t usable = A(malloc_usable_size)(nb), room = (want + 65535) & ~(size_t)65535;
+      /* a class's rounding, or (moved below 256 KiB) room of twice its old size up to 256 KiB, to
+       * a 64 KiB unit's end, which it grows into in place: the resident check below holds either way */
+      size_t twice = 2 * want < 256 * 1024 ? 2 * want : 256 * 1024;
+      size_t usable = A(malloc_usable_size)(nb), room = ((want > twice ? want : twice) + 65535) & ~(size_t)65535;
       CHECKF(usable >= want && usable <= (room > want + want / 4 + STEP ? room : want + want / 4 + STEP),
              "usable size %zu after realloc(%zu)", usable, want);
       tu_fill(nb, size, want, 77 + (uint64_t)k);
