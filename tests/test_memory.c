@@ -49,8 +49,13 @@
  *            that one slab again, each written and read back whole.
  *   grow     8 blocks grown in turn by 4 KiB from 40 KiB to 1.5 MiB (12 MiB
  *            live): every byte kept, a usable size within a quarter of the
- *            request, and resident memory grown by at most 1.3x the live
- *            bytes (the copies that moves leave behind are not kept).
+ *            request (below 256 KiB: twice the old size, to a unit), and
+ *            resident memory grown by at most 1.3x the live bytes (the
+ *            copies that moves leave behind are few; the largest is purged).
+ *   regrow   8 buffers grown in turn by 4 KiB to 1 MiB, freed, 12 rounds:
+ *            every byte kept, and each round's peak resident memory within
+ *            2 MiB of the first's (the copies a round leaves are the runs
+ *            the next one takes back).
  *   sparse   about 24 MiB of blocks of one size (64, 3000 and 20000 B in
  *            turn), all but one in K freed (K = 256, 16, 8: the survivors
  *            lie scattered over the pages): the pages with no live block go
@@ -82,7 +87,7 @@
  * runner, those that need CTest's environment are left out.
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
- *        bigcache, xthread, reuse, grow, sparse, arena, arena_grow,
+ *        bigcache, xthread, reuse, grow, regrow, sparse, arena, arena_grow,
  *        large_grid)
  */
 #include "testutil.h"
@@ -599,6 +604,39 @@ static void test_grow(void)
          "for %.1f MiB live: OK\n", NB, TO >> 10, grown, live);
 }
 
+/* Buffers grown the same way round after round (a server's responses, a
+ * parser's records) take back the runs the last round's copies left: the
+ * resident memory of a round's peak stays that of the first. */
+static void test_regrow(void)
+{
+  enum { NB = 8, STEP = 4096, TO = 1024 * 1024, ROUNDS = 12 };
+  size_t rss0 = tu_rss(), first = 0, most = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    unsigned char *b[NB] = {0};
+    for (size_t size = 0; size < TO; size += STEP)
+      for (int k = 0; k < NB; k++) {
+        unsigned char *nb = tu_launder(A(realloc)(b[k], size + STEP));
+        CHECKF(nb != NULL, "realloc(%zu)", size + STEP);
+        if (nb == NULL) return;
+        tu_fill(nb, size, size + STEP, (uint64_t)(r * NB + k));
+        b[k] = nb;
+      }
+    size_t grown = tu_rss() - rss0;
+    first = r == 0 ? grown : first;
+    most = grown > most ? grown : most;
+    for (int k = 0; k < NB; k++) {
+      size_t bad = tu_verify(b[k], 0, TO, (uint64_t)(r * NB + k));
+      CHECKF(bad == (size_t)-1, "round %d, buffer %d: byte %zu lost", r, k, bad);
+      A(free)(b[k]);
+    }
+  }
+  CHECKF(most <= first + 2 * MiB, "%d rounds of %d buffers grown to %d KiB: resident %.1f MiB at the first "
+         "round's peak, %.1f MiB at the most", ROUNDS, NB, TO >> 10, (double)first / MiB, (double)most / MiB);
+  printf("test_memory regrow: %d rounds of %d buffers grown 4 KiB at a time to %d KiB: resident %.1f MiB at the "
+         "first round's peak, %.1f MiB at the most: OK\n", ROUNDS, NB, TO >> 10, (double)first / MiB,
+         (double)most / MiB);
+}
+
 static void test_sparse(void)
 {
   static const struct {
@@ -753,6 +791,7 @@ static const tu_case_t cases[] = {
   {"xthread", test_xthread, 0},
   {"reuse", test_reuse, TU_BY_NAME},
   {"grow", test_grow, 0},
+  {"regrow", test_regrow, 0},
   {"sparse", test_sparse, TU_BY_NAME},
   {"arena", test_arena, TU_BY_NAME},
   {"arena_grow", test_arena_grow, TU_BY_NAME},
