@@ -293,12 +293,6 @@ uint64_t os_file_id(int fd) {
   return (uint64_t)st.st_dev << 40 ^ (uint64_t)st.st_ino;
 }
 
-bool os_page_resident(const void *p) {
-  unsigned char v = 0;
-  uintptr_t a = (uintptr_t)p & ~(os_page_size() - 1);
-  return !failed(SYS(SYS_mincore, a, os_page_size(), &v, 0, 0, 0)) && (v & 1);
-}
-
 size_t os_resident(const void *p, size_t size) {
   unsigned char vec[4096];
   size_t page = os_page_size(), n = 0;

@@ -99,8 +99,6 @@ int os_dup(int fd, int min);
 long os_getpid(void);
 /* Device and inode of the file fd is open on, as one number (0 on error). */
 uint64_t os_file_id(int fd);
-/* Whether the page of p is resident (mincore; false where it cannot tell). */
-bool os_page_resident(const void *p);
 /* Resident bytes of [p, p+size) (mincore); page-aligned p. */
 size_t os_resident(const void *p, size_t size);
 

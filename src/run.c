@@ -289,7 +289,7 @@ static bool skips_resident(const run_chunk_t *c, uint32_t lo) {
     h->probe_reuse--;
     return h->probe_resident;
   }
-  bool resident = os_page_resident(c->base + ((size_t)lo << h->page_shift));
+  bool resident = os_resident(c->base + ((size_t)lo << h->page_shift), 1) != 0; /* its OS page */
   h->probe_agreed = resident == h->probe_resident ? (uint8_t)MIN(h->probe_agreed + 1, PROBE_TRUST) : 0;
   h->probe_resident = resident;
   if (h->probe_agreed >= PROBE_TRUST) h->probe_reuse = PROBE_REUSE;
