@@ -134,6 +134,13 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
       errno = ENOMEM;
       return NULL;
     }
+    if (unlikely(heap_thread_exited())) { /* no destructor runs again: the heap goes back now */
+      void *p = alloc_slow(size, heap, align, zero);
+      int e = errno;
+      heap_thread_done();
+      errno = e;
+      return p;
+    }
   }
   maybe_tick(heap);
   learn_active();

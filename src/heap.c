@@ -15,6 +15,11 @@ _Atomic size_t heap_fresh_slab_bytes;
 heap_t hak_heap_empty = {.active = EMPTY_VIEWS, .cur = EMPTY_VIEWS,
                          .empty = {.free = (block_t *)&hak_heap_empty.empty.free}};
 __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_heap_empty;
+/* Set when the thread's heap went back at its exit (heap_thread_exit): what
+ * the thread frees after that (glibc frees a detached thread's TLS vector
+ * later in its exit) goes home at once, and a malloc takes a heap for that
+ * call only, since no destructor would run again to hand back one bound then. */
+static __thread bool heap_exited __attribute__((tls_model("initial-exec")));
 __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec"))) = {
     .direct = {[0 ... DIRECT_MAX / 8] = &hak_slab_empty}, .mid = {[0 ... SMALL_MAX / 256] = &hak_slab_empty}};
 
@@ -301,8 +306,8 @@ static bool heap_foreign_start(heap_t *heap) {
 }
 
 void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b) {
-  if (heap == &hak_heap_empty && (heap = heap_init_thread()) == NULL) {
-    heap_free_at_once(s, b); /* out of memory: nowhere to keep it */
+  if (heap == &hak_heap_empty && (heap_exited || (heap = heap_init_thread()) == NULL)) {
+    heap_free_at_once(s, b); /* past the thread's exit, or out of memory: nowhere to keep it */
     return;
   }
   if (heap->foreign == NULL && heap_foreign_start(heap)) {
@@ -963,8 +968,11 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay) {
   hak_unlock(&heaps_lock);
 }
 
+bool heap_thread_exited(void) { return heap_exited; }
+
 static void heap_thread_exit(void *arg) {
   heap_t *heap = arg;
+  heap_exited = true;
   if (hak_tls_heap == heap) {
     hak_tls_heap = &hak_heap_empty;
     view_bind(heap, false);

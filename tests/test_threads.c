@@ -27,6 +27,13 @@
  *     other sizes only for four purge delays: its list goes home at its
  *     tick, and the owner's mallocs find every one of them (run only with
  *     HAKMEM_PURGE_DELAY_MS set: a learned strategy's delay may be 10 s).
+ * (h) exit_chain: four chains of detached threads, each started by the one
+ *     before (200 in all), allocate, free and exit. Their stacks (64 MiB)
+ *     overflow glibc's cache of exited threads' stacks, so an exit frees
+ *     stacks before it, and their TLS vectors (blocks their creators
+ *     allocated), after the thread's heap went back: those frees must not
+ *     take a heap that no thread hands back (at most 16 heaps made, and as
+ *     many threads holding one after as before).
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
@@ -41,6 +48,7 @@
 #include "testutil.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 
 /* ---- hakmem's internals (hak_ API build only; retarget here) ----
  * RUNNING(): threads holding a heap; CPUS(): the processors hakmem counts. */
@@ -303,6 +311,64 @@ static void test_thread_done(void)
   printf("  thread_done: heaps handed back early and after exit\n");
 }
 
+/* ---------------- (h) exit_chain ---------------- */
+
+#define CHAIN_THREADS 200
+#define CHAINS 4
+static atomic_int chain_left;
+
+/* Starts fn detached, on a stack larger than glibc's cache. */
+static void chain_start(void *(*fn)(void *), uint64_t seed)
+{
+  pthread_attr_t at;
+  pthread_t t;
+  CHECK(pthread_attr_init(&at) == 0);
+  CHECK(pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0);
+  CHECK(pthread_attr_setstacksize(&at, 64 * MiB) == 0);
+  CHECK(pthread_create(&t, &at, fn, (void *)(uintptr_t)seed) == 0);
+  pthread_attr_destroy(&at);
+}
+
+static void *chain_thread(void *arg)
+{
+  uint64_t r = (uint64_t)(uintptr_t)arg;
+  blk_t b[64];
+  for (int i = 0; i < 64; i++) blk_alloc(&b[i], mixed_size(&r), 700000 + (uint64_t)i);
+  for (int i = 0; i < 64; i++) blk_free(&b[i], "chain own free");
+  if (atomic_fetch_sub(&chain_left, 1) > CHAINS) chain_start(chain_thread, r | 1);
+  return NULL;
+}
+
+/* Every chained thread started and gone (a sanitizer runs threads of its
+ * own: there, gone from hakmem's count of threads holding a heap). */
+static bool chain_done(int threads, int running)
+{
+  if (atomic_load(&chain_left) > 0) return false;
+#ifdef HAKMEM_TEST_SANITIZED
+  (void)threads;
+  return RUNNING() <= running;
+#else
+  return tu_threads() <= threads && RUNNING() <= running;
+#endif
+}
+
+static void test_exit_chain(void)
+{
+  int running = RUNNING(), threads = tu_threads();
+  long made = tu_stat("heaps_created");
+  atomic_store(&chain_left, CHAIN_THREADS);
+  for (int i = 0; i < CHAINS; i++) chain_start(chain_thread, 12345 + (uint64_t)i);
+  double t0 = tu_now();
+  while (!chain_done(threads, running) && tu_now() - t0 < 20) usleep(1000);
+  CHECKF(chain_done(threads, running), "chain not done: %d to start, %d threads", atomic_load(&chain_left),
+         tu_threads());
+  long made_now = tu_stat("heaps_created");
+  printf("  exit_chain: %d detached threads, %ld heaps made\n", CHAIN_THREADS, made_now - made);
+  CHECKF(made >= 0 && made_now - made <= 16, "%ld heaps made for %d chained threads (at most 16)", made_now - made,
+         CHAIN_THREADS);
+  CHECK_RUNNING(running);
+}
+
 #ifdef USE_HAK_API
 /* hakmem counts the processors this process may run on. */
 static void test_cpu_count(void)
@@ -465,6 +531,7 @@ static const tu_case_t cases[] = {
   {"fork", test_fork, 0},
   {"foreign", test_foreign, 0},
   {"foreign_idle", test_foreign_idle, 0},
+  {"exit_chain", test_exit_chain, 0},
 };
 
 int main(int argc, char **argv)

@@ -408,6 +408,30 @@ static inline size_t tu_statm(int field)
 /* Resident set size of this process in bytes. */
 static inline size_t tu_rss(void) { return tu_statm(1); }
 
+/* The counter `key` of hakmem's statistics (hak_stats_json), -1 when absent. */
+static TU_UNUSED long tu_stat(const char *key)
+{
+  static char buf[32768];
+  char want[96];
+  if (hak_stats_json(buf, sizeof buf) == 0) return -1;
+  snprintf(want, sizeof want, "\"%s\": ", key);
+  const char *at = strstr(buf, want);
+  return at ? strtol(at + strlen(want), NULL, 10) : -1;
+}
+
+/* Threads of this process now (/proc/self/task), 0 when unreadable. */
+static TU_UNUSED int tu_threads(void)
+{
+  char buf[512];
+  FILE *f = fopen("/proc/self/status", "r");
+  int n = 0;
+  if (f == NULL) return 0;
+  while (fgets(buf, sizeof buf, f))
+    if (sscanf(buf, "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
 /* ---- patterns ---- */
 
 /* Position-dependent pattern: word i of a block with identity id. The byte at
