@@ -57,11 +57,12 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
   return NULL;
 }
 
-/* The first class of size bytes or more whose blocks are aligned to align
- * (their size a multiple of it: slab_block_at); NUM_CLASSES when none. */
+/* The first class of size bytes or more whose blocks are aligned to align,
+ * a power of two (their size a multiple of it: slab_block_at); NUM_CLASSES
+ * when none. */
 hak_inline unsigned class_aligned(size_t size, size_t align) {
   unsigned cls = size_class(size);
-  while (cls < NUM_CLASSES && hak_class_size[cls] % align) cls++;
+  while (cls < NUM_CLASSES && (hak_class_size[cls] & (align - 1))) cls++;
   return cls;
 }
 
