@@ -148,6 +148,7 @@ if [ $MODE = full ]; then
   CASES=(
     "larson|1 thr, 8-1024 B, 1 s|seconds=1 threads=1 min=8 max=1024 chunks=1000 rounds=100 seed=1"
     "larson|2 thr, 8-1024 B, 1 s|seconds=1 threads=2 min=8 max=1024 chunks=1000 rounds=100 seed=1"
+    "larson|16 thr, 8-1024 B, 2 s|seconds=2 threads=16 min=8 max=1024 chunks=1000 rounds=100 seed=1"
     "random_mixed|1 thr, 16-1024 B, 2048 slots|threads=1 slots=2048 steps=5000000 min=16 max=1024 seed=1"
     "random_mixed|2 thr, 16-1024 B, 2048 slots|threads=2 slots=2048 steps=5000000 min=16 max=1024 seed=1"
     "mid_large_mt|4 thr, 8-32 KiB, 256 slots, 60k cycles|threads=4 cycles=60000 slots=256 seed=1"
