@@ -20,6 +20,12 @@ __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec"))) = &hak_
  * later in its exit) goes home at once, and a malloc takes a heap for that
  * call only, since no destructor would run again to hand back one bound then. */
 static __thread bool heap_exited __attribute__((tls_model("initial-exec")));
+/* A thread without a heap sends its first HEAPLESS_FREES remote frees home
+ * at once before it takes a heap for them: glibc's late frees also come
+ * from threads that never allocated (and so run no destructor of ours), a
+ * few at each exit, while a consumer that frees many gathers them. */
+#define HEAPLESS_FREES 16
+static __thread uint32_t heapless_frees __attribute__((tls_model("initial-exec")));
 __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec"))) = {
     .direct = {[0 ... DIRECT_MAX / 8] = &hak_slab_empty}, .mid = {[0 ... SMALL_MAX / 256] = &hak_slab_empty}};
 
@@ -306,8 +312,9 @@ static bool heap_foreign_start(heap_t *heap) {
 }
 
 void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b) {
-  if (heap == &hak_heap_empty && (heap_exited || (heap = heap_init_thread()) == NULL)) {
-    heap_free_at_once(s, b); /* past the thread's exit, or out of memory: nowhere to keep it */
+  if (heap == &hak_heap_empty &&
+      (heap_exited || heapless_frees++ < HEAPLESS_FREES || (heap = heap_init_thread()) == NULL)) {
+    heap_free_at_once(s, b); /* past the thread's exit, one of its first, or out of memory */
     return;
   }
   if (heap->foreign == NULL && heap_foreign_start(heap)) {

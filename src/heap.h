@@ -131,8 +131,8 @@ extern __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec"
 hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
 
 /* The calling thread's heap, made or adopted (NULL when out of memory). A
- * thread gets one at its first malloc, or at its first free of another
- * heap's block, to gather such frees in. */
+ * thread gets one at its first malloc, or once it has freed a few of other
+ * heaps' blocks, to gather such frees in (heap.c). */
 heap_t *heap_init_thread(void);
 /* A block of class cls after the fast path found its slab empty; NULL when
  * out of memory. */

@@ -91,14 +91,16 @@ static void overwritten_link(void *arg)
     if ((char *)tu_launder(malloc(100)) == not_heap) _exit(3);
 }
 
-/* Another thread frees 6 of this thread's blocks, which it keeps on its
- * foreign list (heap.h; fewer than one in 32 goes home at once), and
- * overwrites their links; at its exit the list goes home and finds the
- * first link broken. */
+/* Another thread, which has allocated (a thread with no heap sends its
+ * first remote frees home at once), frees 6 of this thread's blocks, which
+ * it keeps on its foreign list (heap.h; fewer than one in 32 goes home at
+ * once), and overwrites their links; at its exit the list goes home and
+ * finds the first link broken. */
 enum { FOREIGN_N = 6 };
 static void *free_then_overwrite(void *arg)
 {
   char **blocks = arg;
+  free(tu_launder(malloc(8)));
   for (int i = 0; i < FOREIGN_N; i++) free(blocks[i]);
   for (int i = 0; i < FOREIGN_N; i++) memcpy(blocks[i], &(void *){not_heap}, sizeof(void *));
   return NULL;

@@ -34,6 +34,9 @@
  *     allocated), after the thread's heap went back: those frees must not
  *     take a heap that no thread hands back (at most 16 heaps made, and as
  *     many threads holding one after as before).
+ * (i) exit_heapless: 200 detached threads that never allocate, on such
+ *     stacks, exit four at a time: glibc's frees in their exits go home
+ *     without a heap (none made, as many threads holding one after).
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
@@ -369,6 +372,30 @@ static void test_exit_chain(void)
   CHECK_RUNNING(running);
 }
 
+/* A thread that never allocates: it only exits. */
+static void *idle_thread(void *arg)
+{
+  (void)arg;
+  return NULL;
+}
+
+static void test_exit_heapless(void)
+{
+  int running = RUNNING(), threads = tu_threads();
+  long made = tu_stat("heaps_created");
+  for (int i = 0; i < CHAIN_THREADS; i++) {
+    chain_start(idle_thread, 0);
+    if (i % CHAINS == CHAINS - 1)
+      for (double t0 = tu_now(); tu_threads() > threads && tu_now() - t0 < 5;) usleep(100);
+  }
+  for (double t0 = tu_now(); (tu_threads() > threads || RUNNING() > running) && tu_now() - t0 < 20;) usleep(1000);
+  long made_now = tu_stat("heaps_created");
+  printf("  exit_heapless: %d detached threads, %ld heaps made\n", CHAIN_THREADS, made_now - made);
+  CHECKF(made >= 0 && made_now - made <= 4, "%ld heaps made for %d threads that never allocate (at most 4)",
+         made_now - made, CHAIN_THREADS);
+  CHECK_RUNNING(running);
+}
+
 #ifdef USE_HAK_API
 /* hakmem counts the processors this process may run on. */
 static void test_cpu_count(void)
@@ -532,6 +559,7 @@ static const tu_case_t cases[] = {
   {"foreign", test_foreign, 0},
   {"foreign_idle", test_foreign_idle, 0},
   {"exit_chain", test_exit_chain, 0},
+  {"exit_heapless", test_exit_heapless, 0},
 };
 
 int main(int argc, char **argv)
