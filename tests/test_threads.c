@@ -37,6 +37,9 @@
  * (i) exit_heapless: 200 detached threads that never allocate, on such
  *     stacks, exit four at a time: glibc's frees in their exits go home
  *     without a heap (none made, as many threads holding one after).
+ * (j) exit_malloc: 64 threads, one at a time, allocate and free a Small and
+ *     a Large block in a key destructor that runs after hakmem's: each such
+ *     malloc takes a heap for that call only (at most 2 made).
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
@@ -396,6 +399,50 @@ static void test_exit_heapless(void)
   CHECK_RUNNING(running);
 }
 
+/* ---------------- (j) exit_malloc ---------------- */
+
+static pthread_key_t late_key;
+static atomic_int late_done;
+
+/* A destructor that runs after hakmem's (its key is younger): it allocates
+ * a Small and a Large block once the thread's heap went back. */
+static void late_malloc(void *arg)
+{
+  blk_t b[2];
+  blk_alloc(&b[0], 100, 800000 + (uint64_t)(uintptr_t)arg);
+  blk_alloc(&b[1], 64 * KiB, 800001 + (uint64_t)(uintptr_t)arg);
+  blk_free(&b[0], "small block of a late destructor");
+  blk_free(&b[1], "large block of a late destructor");
+  atomic_fetch_add(&late_done, 1);
+}
+
+static void *late_thread(void *arg)
+{
+  A(free)(A(malloc)(32)); /* a heap of its own, handed back at its exit */
+  pthread_setspecific(late_key, arg);
+  return NULL;
+}
+
+static void test_exit_malloc(void)
+{
+  enum { N = 64 };
+  int running = RUNNING();
+  long made = tu_stat("heaps_created");
+  CHECK(pthread_key_create(&late_key, late_malloc) == 0);
+  for (int i = 0; i < N; i++) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, late_thread, (void *)(uintptr_t)(i + 1)) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+  }
+  pthread_key_delete(late_key);
+  long made_now = tu_stat("heaps_created");
+  printf("  exit_malloc: %d threads allocated in a destructor after hakmem's, %ld heaps made\n", atomic_load(&late_done),
+         made_now - made);
+  CHECK(atomic_load(&late_done) == N);
+  CHECKF(made_now - made <= 2, "%ld heaps made for %d threads one at a time (at most 2)", made_now - made, N);
+  CHECK_RUNNING(running);
+}
+
 #ifdef USE_HAK_API
 /* hakmem counts the processors this process may run on. */
 static void test_cpu_count(void)
@@ -560,6 +607,7 @@ static const tu_case_t cases[] = {
   {"foreign_idle", test_foreign_idle, 0},
   {"exit_chain", test_exit_chain, 0},
   {"exit_heapless", test_exit_heapless, 0},
+  {"exit_malloc", test_exit_malloc, 0},
 };
 
 int main(int argc, char **argv)
