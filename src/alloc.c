@@ -324,7 +324,8 @@ hak_inline void free_inline(void *p) {
  * align gives aligned blocks; it always lies within one alignment of the
  * size's own class. */
 static void *alloc_aligned(size_t size, size_t align) {
-  if (align <= 8 && size <= SMALL_MAX) return alloc_inline(size);
+  /* every class from MIN_ALIGN up is a multiple of it, as malloc's guarantee needs */
+  if (align <= MIN_ALIGN && size <= SMALL_MAX) return alloc_inline(size < align ? align : size);
   heap_t *heap = heap_get();
   bool sample = HAKMEM_PROFILING && (hak_tls_view.sample_left -= (int64_t)size) < 0;
   if (size <= SMALL_MAX && align <= SMALL_MAX) {
