@@ -345,17 +345,23 @@ static void *chain_thread(void *arg)
   return NULL;
 }
 
-/* Every chained thread started and gone (a sanitizer runs threads of its
- * own: there, gone from hakmem's count of threads holding a heap). */
-static bool chain_done(int threads, int running)
+/* The threads started since there were `threads` threads and `running`
+ * holding a heap are gone (a sanitizer runs threads of its own: there,
+ * gone from hakmem's count of threads holding a heap). */
+static bool threads_gone(int threads, int running)
 {
-  if (atomic_load(&chain_left) > 0) return false;
 #ifdef HAKMEM_TEST_SANITIZED
   (void)threads;
   return RUNNING() <= running;
 #else
   return tu_threads() <= threads && RUNNING() <= running;
 #endif
+}
+
+/* Every chained thread started and gone. */
+static bool chain_done(int threads, int running)
+{
+  return atomic_load(&chain_left) == 0 && threads_gone(threads, running);
 }
 
 static void test_exit_chain(void)
@@ -375,6 +381,8 @@ static void test_exit_chain(void)
   CHECK_RUNNING(running);
 }
 
+/* ---------------- (i) exit_heapless ---------------- */
+
 /* A thread that never allocates: it only exits. */
 static void *idle_thread(void *arg)
 {
@@ -389,9 +397,9 @@ static void test_exit_heapless(void)
   for (int i = 0; i < CHAIN_THREADS; i++) {
     chain_start(idle_thread, 0);
     if (i % CHAINS == CHAINS - 1)
-      for (double t0 = tu_now(); tu_threads() > threads && tu_now() - t0 < 5;) usleep(100);
+      for (double t0 = tu_now(); !threads_gone(threads, running) && tu_now() - t0 < 5;) usleep(100);
   }
-  for (double t0 = tu_now(); (tu_threads() > threads || RUNNING() > running) && tu_now() - t0 < 20;) usleep(1000);
+  for (double t0 = tu_now(); !threads_gone(threads, running) && tu_now() - t0 < 20;) usleep(1000);
   long made_now = tu_stat("heaps_created");
   printf("  exit_heapless: %d detached threads, %ld heaps made\n", CHAIN_THREADS, made_now - made);
   CHECKF(made >= 0 && made_now - made <= 4, "%ld heaps made for %d threads that never allocate (at most 4)",
