@@ -265,17 +265,16 @@ static hak_noinline void free_large_or_rare(void *p, heap_t *heap) {
  * heap's own taken back. */
 static hak_noinline void free_block_apart(heap_t *heap, slab_t *s, block_t *b) { free_block(heap, s, b); }
 
-/* free_slow without its tick: a Large block of the heap's own, else a
- * block of another heap's slab (or of its own with flags set). */
-hak_inline void free_slow_body(void *p, heap_t *heap, slab_t *s) {
-  if (s->kind == SLAB_NONE) {
+/* free_slow without its tick: a block of another heap's slab, else a Large
+ * block, or a block of the heap's own slab with flags set (the owner word
+ * differs from the heap's address in its flags alone). */
+hak_inline void free_slow_body(void *p, heap_t *heap, slab_t *s, bool at_start) {
+  if (unlikely(s->kind != SLAB_SMALL)) {
     free_large_or_rare(p, heap);
-  } else if (unlikely((HAKMEM_PROFILING && prof_on) || !slab_is_block(s, p))) {
+  } else if (unlikely((HAKMEM_PROFILING && prof_on) || !slab_carved(s, p) || (!at_start && !slab_block_at(s, p)))) {
     free_rare(p, heap);
-  } else if (unlikely(HAKMEM_SECURE || hak_stats_enabled || slab_owner(s) == ((uintptr_t)heap | SLAB_F_FULL))) {
+  } else if (unlikely(HAKMEM_SECURE || hak_stats_enabled || (slab_owner(s) ^ (uintptr_t)heap) <= SLAB_F_MASK)) {
     free_block_apart(heap, s, p);
-  } else if (slab_heap(s) == heap) {
-    heap_free_local(heap, s, p);
   } else {
     heap_free_remote(heap, s, p);
   }
@@ -283,20 +282,24 @@ hak_inline void free_slow_body(void *p, heap_t *heap, slab_t *s) {
 
 static hak_noinline void free_slow_ticked(void *p, heap_t *heap, slab_t *s) {
   slow_tick(heap);
-  free_slow_body(p, heap, s);
+  free_slow_body(p, heap, s, false);
 }
 
 /* free's slow path for p in a region, whose unit's slab (or Large pages)
  * the fast path found as s. p comes first and s third, where the fast path
- * holds them: no register move before its tail call but heap's. */
-static hak_noinline void free_slow(void *p, heap_t *heap, slab_t *s) {
+ * holds them: no register move before its tail call but heap's. at_start:
+ * p is at a block's start by s's divc (a slab's units mirror its head's), as
+ * the fast path found before it found the owner not its heap. */
+hak_inline void free_slow_at(void *p, heap_t *heap, slab_t *s, bool at_start) {
   s = s->head; /* the fast path read p's unit's own descriptor */
   if (unlikely((++slow_calls & (TICK_EVERY - 1)) == 0)) {
     free_slow_ticked(p, heap, s);
     return;
   }
-  free_slow_body(p, heap, s);
+  free_slow_body(p, heap, s, at_start);
 }
+static hak_noinline void free_slow(void *p, heap_t *heap, slab_t *s) { free_slow_at(p, heap, s, false); }
+static hak_noinline void free_slow_foreign(void *p, heap_t *heap, slab_t *s) { free_slow_at(p, heap, s, !HAKMEM_SECURE); }
 
 hak_inline void free_inline(void *p) {
   heap_t *heap = heap_get();
@@ -306,9 +309,13 @@ hak_inline void free_inline(void *p) {
      * head's list: they take it) */
     slab_t *s = HAKMEM_SECURE ? slab_of_entry(i, p) : unit_of_entry(i, p);
     /* the secure build checks the pointer with the rest (harden_on_free) */
-    if (likely(slab_owned_by(s, heap) && (HAKMEM_SECURE || slab_block_at(s, p)))) {
-      harden_on_free(s, p);
-      heap_free_local(heap, s, p);
+    if (likely(HAKMEM_SECURE || slab_block_at(s, p))) {
+      if (likely(slab_owned_by(s, heap))) {
+        harden_on_free(s, p);
+        heap_free_local(heap, s, p);
+        return;
+      }
+      free_slow_foreign(p, heap, s);
       return;
     }
     free_slow(p, heap, s);
