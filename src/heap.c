@@ -347,7 +347,10 @@ static void heap_publish_gathered(heap_t *heap, bool all, uint64_t now) {
 /* Sends a foreign list's blocks home. Walks count the blocks, so that a
  * block freed twice (on the list twice) is sent twice, and reported there.
  * A link that does not lead to a free block (written after its free) ends
- * the walk: reported, the rest of the list dropped, as a slab's. */
+ * the walk: reported, the rest of the list dropped, as a slab's. Each link
+ * is cleared on the way: a block whose first word reads as a link sends
+ * its owner's collector through its tcache (a double free's test), one
+ * walk a block. */
 static void foreign_send(heap_t *heap, slab_t *fc) {
   uint32_t n = fc->capacity - fc->used;
   block_t *b = slab_list(fc);
@@ -360,6 +363,7 @@ static void foreign_send(heap_t *heap, slab_t *fc) {
       return;
     }
     block_t *next = block_next(fc, b); /* before b goes home, where its owner may take it */
+    b->next = NULL;
     if (!slab_batch_add(&heap->gathered[s->cls], s, b)) heap_gather(heap, s, b);
     b = next;
   }

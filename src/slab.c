@@ -327,7 +327,8 @@ bool slab_wipe(slab_t *s, uint64_t word) {
  * several slabs, as a slab's does its own). Its link tells first: a block
  * on a list links to a block or a list's head, an aligned user-space
  * address with the free bit set, which a block handed out rarely holds
- * there (the program's data); only such a word takes the walk. */
+ * there (the program's data; a foreign list clears its links on the way
+ * home); only such a word takes the walk. */
 #define LINK_SHAPE_MASK (~BLOCK_FREE_BIT & ~((UINT64_C(1) << 47) - 1))
 static bool list_holds(const slab_t *c, const block_t *b) {
   uintptr_t v = (uintptr_t)b->next;
