@@ -566,12 +566,14 @@ void heap_slab_unfull(heap_t *heap, slab_t *s) {
  * of them, at least TC_MIN blocks and at most TC_MAX; half of it moves at
  * once, either way. One that fills up after a refill (a program that frees
  * batches as large as it allocates) doubles instead, up to TC_GROW_BYTES or
- * TC_GROW_MAX blocks; the tick takes it back to the start. */
+ * TC_GROW_MAX blocks; the tick takes it back to the start. A batch larger
+ * than that pays each of its blocks four walks of a list (the cut and the
+ * send on overflow, the refill's cut), each load waiting on the last. */
 #define TC_BYTES 65536
 #define TC_MIN 8
 #define TC_MAX 128
-#define TC_GROW_BYTES (1 << 20)
-#define TC_GROW_MAX 1024
+#define TC_GROW_BYTES (4 << 20)
+#define TC_GROW_MAX 4096
 /* A refill takes TC_BATCH_MIN blocks at first, twice as many at each next
  * one up to half the capacity, half as many after the tcache filled up:
  * a thread that allocates a few blocks of a class does not take (and give
