@@ -627,14 +627,30 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   }
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
-  /* the older half goes: the next malloc still takes the block freed last */
   uint32_t keep = (c->capacity - c->used) / 2;
-  block_t *last = c->free;
-  for (uint32_t i = 1; i < keep; i++) last = block_link_of(c, last);
-  block_t *old = block_link_of(c, last);
-  block_link(c, last, slab_end(c));
-  c->used = c->capacity - keep;
-  tc_send(heap, c, old);
+  if ((size_t)keep * c->bsize <= TC_BYTES) {
+    /* the older half goes: the next malloc still takes the block freed last */
+    block_t *last = c->free;
+    for (uint32_t i = 1; i < keep; i++) last = block_link_of(c, last);
+    block_t *old = block_link_of(c, last);
+    block_link(c, last, slab_end(c));
+    c->used = c->capacity - keep;
+    tc_send(heap, c, old);
+    return;
+  }
+  /* A half larger than the cache would cost a miss a block in each walk:
+   * the block freed before last goes home instead, while hot, and the
+   * tcache stays full (the next malloc still takes the block freed last). */
+  block_t *b = c->free, *x = block_link_of(c, b);
+  if (unlikely(x == slab_end(c) || !block_take(x))) {
+    harden_list_broken(x); /* returns only to drop the rest */
+    block_link(c, b, slab_end(c));
+    c->used = c->capacity - 1;
+    return;
+  }
+  block_link(c, b, block_link_of(c, x));
+  c->used = 1;
+  slab_give(heap, slab_of(x), x, x, 1);
 }
 
 /* The tcache of cls empty, at its first capacity and refill size. */
