@@ -78,12 +78,18 @@ hak_inline void block_link(const slab_t *s, block_t *b, block_t *next) {
 hak_inline void block_set_next(const slab_t *s, block_t *b, block_t *next) { block_link(s, b, next ? next : slab_end(s)); }
 
 /* Takes block b, the head of a free list: clears its free bit, and says
- * whether it was set (false for the end of the list too). On x86-64 one
- * instruction does both: btr sets the carry flag to the bit it clears. */
+ * whether it was set (false for the end of the list too). On x86-64 btr
+ * does both, on a register: btr on memory is a read-modify-write that some
+ * processors (AMD Zen 4) run several times slower when the block's word
+ * was recently written, and the link read back after it then waits on its
+ * store. The word is written back either way (the end of a list, a head's
+ * own word, keeps its value). */
 hak_inline bool block_take(block_t *b) {
 #if defined(__x86_64__) && !HAK_UNDER_SANITIZER
+  register uintptr_t v __asm__("rdx") = (uintptr_t)b->next; /* b stays in rax, malloc's return */
   bool was;
-  __asm__("btrq $63, %0" : "+m"(b->next), "=@ccc"(was));
+  __asm__("btrq $63, %0" : "+r"(v), "=@ccc"(was));
+  b->next = (block_t *)v;
   return was;
 #else
   uintptr_t v = (uintptr_t)b->next;
