@@ -180,6 +180,11 @@ if [ $MODE = full ]; then
     "thread_churn|100 rounds x 8 thr|rounds=100 threads=8 blocks=2000 handed=200 min=16 max=1024 seed=1"
     "thread_churn|400 rounds x 2 thr|rounds=400 threads=2 blocks=2000 handed=200 min=16 max=1024 seed=1"
     "slow_leak|16 B-4 KiB, 1 in 64 kept, 3M ops|ops=3000000 window=4096 keep=64 min=16 max=4096 seed=1"
+    "batch|1 thr, 1600 x 64 B|threads=1 count=1600 size=64 batches=20000 seed=1"
+    "batch|1 thr, 1600 x 4 KiB|threads=1 count=1600 size=4096 batches=3000 seed=1"
+    "batch|2 thr, 1600 x 1 KiB|threads=2 count=1600 size=1024 batches=5000 seed=1"
+    "swap_rounds|50 rounds x 2 thr|rounds=50 threads=2 allocs=25000 retains=500 slots=1000 seed=1"
+    "swap_rounds|50 rounds x 4 thr|rounds=50 threads=4 allocs=25000 retains=500 slots=1000 seed=1"
     "real|gcc -O2, 1000 functions|prog=gcc|3"
     "real|sqlite3, 200k rows, 2 indexes|prog=sqlite|3"
     "real|lua5.4, 1M-entry table|prog=lua|3"
@@ -201,6 +206,7 @@ elif [ $MODE = scale ]; then # the threaded cases at more threads (cross_thread:
   for t in 4 8 16; do CASES+=("cross_thread|$((t / 2)) pairs, 16-1024 B|pairs=$((t / 2)) blocks=5000000 min=16 max=1024 ring=1024 seed=1"); done
   for t in 4 8 16; do CASES+=("shared_slots|$t thr, 16-256 B, 65536 slots|threads=$t ops=$((4000000 / t)) slots=65536 min=16 max=256 seed=1"); done
   for t in 4 8 16; do CASES+=("bignum|$t thr, 2-64 limbs, 256 live|threads=$t live=256 ops=2000000 seed=1"); done
+  for t in 4 8 16; do CASES+=("swap_rounds|50 rounds x $t thr|rounds=50 threads=$t allocs=25000 retains=500 slots=1000 seed=1"); done
   for t in 4 8 16; do CASES+=("thread_churn|100 rounds x $t thr|rounds=100 threads=$t blocks=2000 handed=200 min=16 max=1024 seed=1"); done
   if [[ " $WORKLOADS " == *" cxx_objects "* ]]; then
     for t in 4 8 16; do CASES+=("cxx_objects|$t thr, std::map of 4096 records|threads=$t live=4096 ops=1000000 seed=1"); done
