@@ -79,11 +79,10 @@ hak_inline void block_set_next(const slab_t *s, block_t *b, block_t *next) { blo
 
 /* Takes block b, the head of a free list: clears its free bit, and says
  * whether it was set (false for the end of the list too). On x86-64 btr
- * does both, on a register: btr on memory is a read-modify-write that some
- * processors (AMD Zen 4) run several times slower when the block's word
- * was recently written, and the link read back after it then waits on its
- * store. The word is written back either way (the end of a list, a head's
- * own word, keeps its value). */
+ * does both, on a register: btr on memory is a read-modify-write that
+ * stalls on some processors when the word was written shortly before, and
+ * the link read back after it waits on its store. The word is written back
+ * either way (the end of a list, a head's own word, keeps its value). */
 hak_inline bool block_take(block_t *b) {
 #if defined(__x86_64__) && !HAK_UNDER_SANITIZER
   register uintptr_t v __asm__("rdx") = (uintptr_t)b->next; /* b stays in rax, malloc's return */

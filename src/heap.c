@@ -612,6 +612,32 @@ static void tc_send(heap_t *heap, slab_t *c, block_t *b) {
   }
 }
 
+/* Full c sends its older half home, keep blocks staying: the next malloc
+ * still takes the block freed last. */
+static void tc_send_older(heap_t *heap, slab_t *c, uint32_t keep) {
+  block_t *last = c->free;
+  for (uint32_t i = 1; i < keep; i++) last = block_link_of(c, last);
+  block_t *old = block_link_of(c, last);
+  block_link(c, last, slab_end(c));
+  c->used = c->capacity - keep;
+  tc_send(heap, c, old);
+}
+
+/* Full c sends the block freed before last home, while it is still in the
+ * cache, and stays full: the next malloc still takes the block freed last. */
+static void tc_send_second(heap_t *heap, slab_t *c) {
+  block_t *b = c->free, *x = block_link_of(c, b);
+  if (unlikely(x == slab_end(c) || !block_take(x))) {
+    harden_list_broken(x); /* returns only to drop the rest */
+    block_link(c, b, slab_end(c));
+    c->used = c->capacity - 1;
+    return;
+  }
+  block_link(c, b, block_link_of(c, x));
+  c->used = 1;
+  slab_give(heap, slab_of(x), x, x, 1);
+}
+
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   if (c == s) { /* the slab's own list */
     heap_slab_empty(heap, s);
@@ -627,30 +653,10 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   }
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
+  /* a half larger than a cache would cost a miss a block in each of its walks */
   uint32_t keep = (c->capacity - c->used) / 2;
-  if ((size_t)keep * c->bsize <= TC_BYTES) {
-    /* the older half goes: the next malloc still takes the block freed last */
-    block_t *last = c->free;
-    for (uint32_t i = 1; i < keep; i++) last = block_link_of(c, last);
-    block_t *old = block_link_of(c, last);
-    block_link(c, last, slab_end(c));
-    c->used = c->capacity - keep;
-    tc_send(heap, c, old);
-    return;
-  }
-  /* A half larger than the cache would cost a miss a block in each walk:
-   * the block freed before last goes home instead, while hot, and the
-   * tcache stays full (the next malloc still takes the block freed last). */
-  block_t *b = c->free, *x = block_link_of(c, b);
-  if (unlikely(x == slab_end(c) || !block_take(x))) {
-    harden_list_broken(x); /* returns only to drop the rest */
-    block_link(c, b, slab_end(c));
-    c->used = c->capacity - 1;
-    return;
-  }
-  block_link(c, b, block_link_of(c, x));
-  c->used = 1;
-  slab_give(heap, slab_of(x), x, x, 1);
+  if ((size_t)keep * c->bsize <= TC_BYTES) tc_send_older(heap, c, keep);
+  else tc_send_second(heap, c);
 }
 
 /* The tcache of cls empty, at its first capacity and refill size. */
