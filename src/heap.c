@@ -627,7 +627,7 @@ static void tc_send_older(heap_t *heap, slab_t *c, uint32_t keep) {
  * cache, and stays full: the next malloc still takes the block freed last. */
 static void tc_send_second(heap_t *heap, slab_t *c) {
   block_t *b = c->free, *x = block_link_of(c, b);
-  if (unlikely(x == slab_end(c) || !block_take(x))) {
+  if (unlikely(!block_take(x))) { /* the end of the list too */
     harden_list_broken(x); /* returns only to drop the rest */
     block_link(c, b, slab_end(c));
     c->used = c->capacity - 1;
@@ -635,7 +635,7 @@ static void tc_send_second(heap_t *heap, slab_t *c) {
   }
   block_link(c, b, block_link_of(c, x));
   c->used = 1;
-  slab_give(heap, slab_of(x), x, x, 1);
+  heap_free_local_slow(heap, slab_of(x), x);
 }
 
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
