@@ -246,6 +246,8 @@ static slab_t *class_views_map(void) {
 #define UNCLAIMED_MAX ((uint64_t)512 << 10)
 static void heap_remote_full(slab_t *s, uint64_t word) {
   heap_t *h = slab_heap(s);
+  /* since the publish, the owner may have collected s and released it */
+  if (h == NULL) return;
   long delay = purge_delay();
   if (delay < 0) return;
   uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
