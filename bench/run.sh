@@ -179,6 +179,7 @@ if [ $MODE = full ]; then
     "bignum|2 thr, 2-64 limbs, 256 live|threads=2 live=256 ops=2000000 seed=1"
     "thread_churn|100 rounds x 8 thr|rounds=100 threads=8 blocks=2000 handed=200 min=16 max=1024 seed=1"
     "thread_churn|400 rounds x 2 thr|rounds=400 threads=2 blocks=2000 handed=200 min=16 max=1024 seed=1"
+    "thread_churn|30 rounds x 8 thr, 16 B-256 KiB|rounds=30 threads=8 blocks=300 handed=150 min=16 max=262144 seed=1"
     "slow_leak|16 B-4 KiB, 1 in 64 kept, 3M ops|ops=3000000 window=4096 keep=64 min=16 max=4096 seed=1"
     "batch|1 thr, 1600 x 64 B|threads=1 count=1600 size=64 batches=20000 seed=1"
     "batch|1 thr, 1600 x 4 KiB|threads=1 count=1600 size=4096 batches=3000 seed=1"

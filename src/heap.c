@@ -964,10 +964,11 @@ void heap_fork_child(void) {
   atomic_store_explicit(&heaps_running, 1, memory_order_relaxed);
 }
 
-/* An abandoned heap keeps its partly used slabs and up to ABANDON_KEEP_BYTES
- * of free dirty pages warm for the thread that adopts it; the rest goes back
- * at once, since no thread of its own will reuse it before an adoption. */
-#define ABANDON_KEEP_BYTES ((size_t)1 << 20)
+/* An abandoned heap keeps its partly used slabs and its free dirty pages
+ * warm for the thread that adopts it: only what is due by age goes back now;
+ * the rest ages as any heap's does, returned by the purge rounds of the
+ * threads that still run (a heap abandoned in thread churn is adopted at
+ * once, and pages purged here would fault in again in the next thread). */
 void (*heap_abandon_hook)(heap_t *heap);
 
 static void heap_abandon(heap_t *heap) {
@@ -978,10 +979,13 @@ static void heap_abandon(heap_t *heap) {
   atomic_fetch_sub_explicit(&heaps_running, 1, memory_order_relaxed);
   heap_release_empty(heap, false); /* the tcaches stay, warm, for the adopter (heap_tick_abandoned) */
   heap->abandoned_ms = os_now_ms();
-  heap_lock(heap);
-  size_t purged = run_purge_due(&heap->pages, &heap->lock, os_now_ms(), UINT64_MAX, ABANDON_KEEP_BYTES >> heap->pages.page_shift);
-  heap_unlock(heap);
-  if (purged) stat_add(bytes_purged, purged);
+  long delay = purge_delay();
+  if (delay >= 0) {
+    heap_lock(heap);
+    size_t purged = run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, SIZE_MAX);
+    heap_unlock(heap);
+    if (purged) stat_add(bytes_purged, purged);
+  }
   atomic_store_explicit(&heap->active_ms, 0, memory_order_relaxed); /* idle: remote wipes return pages at once */
   hak_lock(&heaps_lock);
   heap->next_abandoned = abandoned;
