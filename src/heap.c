@@ -93,7 +93,7 @@ static void heap_set_active(heap_t *heap, unsigned cls, slab_t *s) {
 /* A slab set aside full remembers how often its owner had collected its
  * inbox: a remote free that empties it reads whether the owner still does. */
 static void slab_set_full(heap_t *heap, slab_t *s) {
-  /* read by remote frees (heap_remote_full): an atomic store */
+  /* read by remote frees (remote_publish): an atomic store */
   __atomic_store_n(&s->full_gen, atomic_load_explicit(&heap->collects, memory_order_relaxed), __ATOMIC_RELAXED);
   slab_mirror_owner(s, atomic_fetch_or_explicit(&s->owner, SLAB_F_FULL, memory_order_release) | SLAB_F_FULL);
 }
@@ -236,29 +236,29 @@ static slab_t *class_views_map(void) {
 
 /* ---- remote frees --------------------------------------------------------- */
 
-/* A remote free emptied full slab s. An owner that collects its inbox takes
- * it back soon, warm. One that has not ticked for the purge delay, or has
- * not collected since it set s aside while UNCLAIMED_MAX bytes of such slabs
- * piled up (it sleeps, or is gone: a busy one collects when its current slab
- * runs out), would keep it resident: its pages go back now, the lock held so
- * that the owner cannot reuse it meanwhile. */
+/* A remote free emptied full slab s (f: what it read of s before). An
+ * owner that collects its inbox takes it back soon, warm. One that has not
+ * ticked for the purge delay, or has not collected since it set s aside
+ * while UNCLAIMED_MAX bytes of such slabs piled up (it sleeps, or is gone: a
+ * busy one collects when its current slab runs out), would keep it
+ * resident: its pages go back now, the lock held so that the owner cannot
+ * reuse it meanwhile. Only then is s touched again: an owner that collects
+ * may have released it since. */
 #define IDLE_MIN_MS 100
 #define UNCLAIMED_MAX ((uint64_t)512 << 10)
-static void heap_remote_full(slab_t *s, uint64_t word) {
-  heap_t *h = slab_heap(s);
-  /* since the publish, the owner may have collected s and released it */
-  if (h == NULL) return;
+static void heap_remote_full(slab_t *s, slab_full_t f) {
+  heap_t *h = f.heap;
   long delay = purge_delay();
   if (delay < 0) return;
   uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
   uint64_t now = os_now_ms(), active = atomic_load_explicit(&h->active_ms, memory_order_relaxed);
   if (now - active < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
-      (gen != __atomic_load_n(&s->full_gen, __ATOMIC_RELAXED) ||
-       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)s->units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
+      (gen != f.full_gen ||
+       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)f.units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
     return;
   heap_lock(h);
-  if (slab_wipe(s, word)) {
-    stat_add(bytes_purged, os_purge(slab_start(s), (size_t)s->units * UNIT_SIZE));
+  if (slab_wipe(s, f.word)) {
+    stat_add(bytes_purged, os_purge(slab_start(s), (size_t)f.units * UNIT_SIZE));
     stat_inc(slabs_wiped);
   }
   heap_unlock(h);
@@ -267,13 +267,13 @@ static void heap_remote_full(slab_t *s, uint64_t word) {
 static void heap_publish(heap_t *heap, unsigned cls) {
   slab_t *s = heap->gathered[cls].slab;
   heap->gathered_classes &= ~(UINT64_C(1) << cls);
-  uint64_t word = slab_batch_publish(&heap->gathered[cls]);
-  if (unlikely(word != 0)) heap_remote_full(s, word);
+  slab_full_t f = slab_batch_publish(&heap->gathered[cls]);
+  if (unlikely(f.word != 0)) heap_remote_full(s, f);
 }
 
 static hak_noinline void heap_free_at_once(slab_t *s, block_t *b) {
-  uint64_t word = slab_free_remote(s, b);
-  if (unlikely(word != 0)) heap_remote_full(s, word);
+  slab_full_t f = slab_free_remote(s, b);
+  if (unlikely(f.word != 0)) heap_remote_full(s, f);
 }
 
 /* A class whose gathered word held one block when its next free went to

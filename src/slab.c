@@ -243,13 +243,13 @@ static void inbox_push(slab_t *s) {
 
 /* A full slab's owner handed out every block and looks at it again only
  * through its inbox: once all of them came back, no one else may touch its
- * blocks. capacity: s's, read before the publish that made `word`: after
- * it, another thread's last free may wipe s and its units make a new slab,
- * so only the atomic owner word is read then, and only once the count says
- * this publish completed s. */
-static bool remote_full(const slab_t *s, uint32_t capacity, uint64_t word) {
-  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == capacity &&
-         (slab_owner(s) & SLAB_F_FULL);
+ * blocks. capacity and owner: s's, read before the publish that made
+ * `word`, while the blocks it frees hold s up: after it, the owner may take
+ * s back, release it and its region, and another thread's last free may
+ * wipe s and its units make a new slab. A flag set after the read only
+ * leaves s to its owner's collector. */
+static bool remote_full(uint32_t capacity, uintptr_t owner, uint64_t word) {
+  return !(word & (REMOTE_COLLECTING | REMOTE_WIPED)) && remote_count(word) == capacity && (owner & SLAB_F_FULL);
 }
 
 bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b) {
@@ -271,10 +271,14 @@ bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b) {
 /* Frees the n blocks of s whose bits are `bits` in word w of its remote
  * bits: counted first, then set (a bit already set is a double free,
  * reported and not counted). */
-hak_inline uint64_t remote_publish(slab_t *s, uint32_t w, uint64_t bits, uint64_t n) {
+hak_inline slab_full_t remote_publish(slab_t *s, uint32_t w, uint64_t bits, uint64_t n) {
   _Atomic uint64_t *units = &region_of(s)->remote_units;
   uint64_t mask = remote_unit_mask(s);
-  uint32_t capacity = s->capacity; /* while the blocks not yet counted hold s up */
+  /* while the blocks not yet counted hold s up */
+  uint32_t capacity = s->capacity;
+  uintptr_t owner = slab_owner(s);
+  slab_full_t full = {.heap = (void *)(owner & ~(uintptr_t)SLAB_F_MASK),
+                      .full_gen = __atomic_load_n(&s->full_gen, __ATOMIC_RELAXED), .units = s->units};
   if ((atomic_load_explicit(units, memory_order_relaxed) & mask) != mask)
     atomic_fetch_or_explicit(units, mask, memory_order_relaxed);
   uint64_t old = atomic_fetch_add_explicit(&s->remote, n, memory_order_acq_rel);
@@ -286,19 +290,20 @@ hak_inline uint64_t remote_publish(slab_t *s, uint32_t w, uint64_t bits, uint64_
       n--;
       harden_double_free(slab_block_by_index(s, (size_t)w * 64 + (unsigned)__builtin_ctzll(v)));
     }
-    if (n == 0) return 0;
+    if (n == 0) return full;
   }
   if (remote_count(old) == 0) inbox_push(s); /* the owner's collector then visits this slab once */
-  return remote_full(s, capacity, old + n) ? old + n : 0;
+  if (remote_full(capacity, owner, old + n)) full.word = old + n;
+  return full;
 }
 
-uint64_t slab_batch_publish(slab_batch_t *q) {
+slab_full_t slab_batch_publish(slab_batch_t *q) {
   slab_t *s = q->slab;
   q->slab = NULL;
   return remote_publish(s, q->word, q->bits, q->n);
 }
 
-uint64_t slab_free_remote(slab_t *s, block_t *b) {
+slab_full_t slab_free_remote(slab_t *s, block_t *b) {
   uint32_t i = slab_block_index(s, b);
   return remote_publish(s, i / 64, UINT64_C(1) << (i % 64), 1);
 }

@@ -120,13 +120,21 @@ hak_inline bool slab_batch_add(slab_batch_t *q, slab_t *s, block_t *b) {
   return true;
 }
 bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b);
-/* Publishes q's blocks as freed and empties it. Returns the remote word
- * after them when that says every block of the slab came back while its
- * owner had set it aside full (and so will not touch it but through its
- * inbox), else 0 (a double free is reported and ignored). */
-uint64_t slab_batch_publish(slab_batch_t *q);
+/* A publish that brought back every block of a slab its owner had set aside
+ * full (and so touches only through its inbox): the remote word after it,
+ * and what the publisher read of the slab before its blocks went (after, the
+ * owner may take the slab back and release it). word 0: not such a publish. */
+typedef struct {
+  uint64_t word;
+  void *heap;        /* the owner then */
+  uint32_t full_gen; /* its collect count when it set the slab aside */
+  uint32_t units;
+} slab_full_t;
+/* Publishes q's blocks as freed and empties it (a double free is reported
+ * and ignored). */
+slab_full_t slab_batch_publish(slab_batch_t *q);
 /* Another thread frees b (a block of s) at once: a batch of one. */
-uint64_t slab_free_remote(slab_t *s, block_t *b);
+slab_full_t slab_free_remote(slab_t *s, block_t *b);
 /* Marks such a slab wiped (every block free, its bits cleared), if its word
  * is still `word`: its pages may be returned, and its owner, which takes it
  * back reset, first takes the heap's lock. */
