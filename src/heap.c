@@ -964,11 +964,13 @@ void heap_fork_child(void) {
   atomic_store_explicit(&heaps_running, 1, memory_order_relaxed);
 }
 
-/* An abandoned heap keeps its partly used slabs and its free dirty pages
- * warm for the thread that adopts it: only what is due by age goes back now;
- * the rest ages as any heap's does, returned by the purge rounds of the
- * threads that still run (a heap abandoned in thread churn is adopted at
- * once, and pages purged here would fault in again in the next thread). */
+/* An abandoned heap keeps its partly used slabs, and of its free dirty pages
+ * as many as its thread held in Large blocks at most, warm for the thread
+ * that adopts it (in thread churn at once: the next thread, like the last,
+ * takes them again). Those go back with age, as any heap's, in the purge
+ * rounds of the threads that still run; the rest (the oldest: fragments no
+ * block of its thread's sizes took) and what is due by age go now. */
+#define ABANDON_KEEP_MIN ((size_t)1 << 20)
 void (*heap_abandon_hook)(heap_t *heap);
 
 static void heap_abandon(heap_t *heap) {
@@ -982,7 +984,9 @@ static void heap_abandon(heap_t *heap) {
   long delay = purge_delay();
   if (delay >= 0) {
     heap_lock(heap);
-    size_t purged = run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, SIZE_MAX);
+    size_t keep = MAX(heap->large_peak, ABANDON_KEEP_MIN) >> heap->pages.page_shift;
+    size_t purged = run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, keep);
+    heap->large_peak = heap->large_live; /* the adopter's own from here */
     heap_unlock(heap);
     if (purged) stat_add(bytes_purged, purged);
   }

@@ -89,6 +89,7 @@ static size_t block_bytes(size_t size, size_t align) {
  * `added` (either 0), under its lock (read without it by the total). */
 static void live_add(heap_t *heap, size_t removed, size_t added) {
   __atomic_store_n(&heap->large_live, heap->large_live + added - removed, __ATOMIC_RELAXED);
+  if (heap->large_live > heap->large_peak) heap->large_peak = heap->large_live;
   heap->large_classed += (added <= CLASS_MAX ? added : 0) - (removed <= CLASS_MAX ? removed : 0);
 }
 
