@@ -982,14 +982,12 @@ static void heap_abandon(heap_t *heap) {
   heap_release_empty(heap, false); /* the tcaches stay, warm, for the adopter (heap_tick_abandoned) */
   heap->abandoned_ms = os_now_ms();
   long delay = purge_delay();
-  if (delay >= 0) {
-    heap_lock(heap);
-    size_t keep = MAX(heap->large_peak, ABANDON_KEEP_MIN) >> heap->pages.page_shift;
-    size_t purged = run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, keep);
-    heap->large_peak = heap->large_live; /* the adopter's own from here */
-    heap_unlock(heap);
-    if (purged) stat_add(bytes_purged, purged);
-  }
+  heap_lock(heap);
+  size_t keep = MAX(heap->large_peak, ABANDON_KEEP_MIN) >> heap->pages.page_shift;
+  size_t purged = delay < 0 ? 0 : run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, keep);
+  heap->large_peak = heap->large_live; /* the adopter's own from here, purging on or off */
+  heap_unlock(heap);
+  if (purged) stat_add(bytes_purged, purged);
   atomic_store_explicit(&heap->active_ms, 0, memory_order_relaxed); /* idle: remote wipes return pages at once */
   hak_lock(&heaps_lock);
   heap->next_abandoned = abandoned;

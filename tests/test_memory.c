@@ -323,7 +323,7 @@ static void test_threads(void)
 
 static void test_churn(void)
 {
-  size_t max = 1 << 20;
+  size_t max = 1 << 20, target = 256 * MiB; /* live bytes a round reaches */
   void **slots = slot_array(max);
   size_t base = tu_rss(), peak = 0, live = 0, slot_pages = max * sizeof *slots; /* touched by the test itself */
   int shown = 0;
@@ -331,7 +331,7 @@ static void test_churn(void)
     uint64_t seed = (uint64_t)round + 10;
     size_t n = 0;
     live = 0;
-    while (live < 256 * MiB && n < max) {
+    while (live < target && n < max) {
       size_t r = tu_xorshift(&seed) % 100;
       size_t sz = r < 70 ? 16 + tu_xorshift(&seed) % 1000 : r < 95 ? 1024 + tu_xorshift(&seed) % 31000
                                                                      : 32768 + tu_xorshift(&seed) % (4 << 20);
@@ -343,7 +343,7 @@ static void test_churn(void)
       if ((n & 1023) == 0) {
         size_t rss = tu_rss() - base;
         if (rss > peak) peak = rss;
-        if (!shown && rss > 256 * MiB + 256 * MiB / 10 + slot_pages) { /* past the bound below: what holds it, for the log */
+        if (!shown && rss > target + target / 10 + slot_pages) { /* past the bound below: what holds it, for the log */
           A(malloc_stats)();
           shown = 1;
         }
