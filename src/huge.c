@@ -194,6 +194,20 @@ static size_t cache_evict(uint64_t now, bool force) {
   return cache_purge(now, age, force ? 0 : cache_cap_pages(), 0);
 }
 
+/* When a block was last placed on cached pages. */
+static _Atomic uint64_t cache_hit_ms;
+
+/* Huge blocks took n units of fresh pages: unless a block was placed on
+ * cached pages within the cache's age, the cache sheds as many, oldest
+ * first. A program whose blocks only grow (a table or a buffer doubled, the
+ * old one freed) then keeps no more resident than with blocks unmapped at
+ * free; one that reuses what it frees keeps its cache. */
+static void cache_yield(size_t n, uint64_t now) {
+  if (n && policy_knob(KNOB_PURGE_DELAY_MS) >= 0 &&
+      now - atomic_load_explicit(&cache_hit_ms, memory_order_relaxed) >= (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS))
+    cache_purge(now, UINT64_MAX, SIZE_MAX, n);
+}
+
 size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
   size_t n = cache_evict(now, force);
   if (unmap) n += arenas_unmap_empty();
@@ -224,19 +238,29 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
   run_t r;
   bool ok = false;
+  size_t fresh = 0, took = 0;
   for (int tries = 0; tries < 2 && !ok; tries++) {
     hak_lock(&huge_lock);
+    size_t dirty = runs.dirty_pages;
     ok = runs.page_shift && run_alloc(&runs, (uint32_t)units, a, HUGE_GRID_UNITS, &r);
     if (!ok && arena_grow(units + a - 1)) ok = run_alloc(&runs, (uint32_t)units, a, HUGE_GRID_UNITS, &r);
     if (ok) {
       arena_t *ar = arena_of_run(r);
       ar->usable[r.page] = MIN(units << UNIT_BITS, os_page_round(bytes + bytes / 4));
       ar->touched[r.page] = r.dirty ? r.pages : units_of(ar->usable[r.page]);
+      /* the units it may touch, less the cached ones it took */
+      took = dirty > runs.dirty_pages ? dirty - runs.dirty_pages : 0;
+      size_t usable = units_of(ar->usable[r.page]);
+      fresh = usable > took ? usable - took : 0;
     }
     hak_unlock(&huge_lock);
     if (!ok && (tries > 0 || !arena_new(units + a - 1))) break;
   }
   if (!ok) return NULL;
+  uint64_t now = os_now_ms();
+  /* a hit: placed on cached pages more than on fresh ones */
+  if (took > fresh) atomic_store_explicit(&cache_hit_ms, now, memory_order_relaxed);
+  else cache_yield(fresh, now);
   char *p = run_addr(r);
   if (r.dirty) {
     stat_inc(huge_cache_hits);
@@ -308,6 +332,7 @@ static void *own_alloc(size_t size, size_t align, size_t reserve) {
   *h = (own_t){HUGE_MAGIC, block, map, map_size, bytes, NULL, NULL};
   own_link(h);
   stat_inc(huge_mapped);
+  cache_yield(units_of(bytes), os_now_ms());
   return block;
 }
 
@@ -461,6 +486,7 @@ void *huge_realloc(void *p, size_t size) {
     size_t old = h->usable;
     if ((h = own_resize(h, bytes)) == NULL) return NULL;
     count_usable(old, h->usable);
+    if (h->usable > old) cache_yield(units_of(h->usable - old), os_now_ms());
     return h->block;
   }
   if (kind < MAP_ARENA) return NULL;
@@ -477,13 +503,16 @@ void *huge_realloc(void *p, size_t size) {
   uint32_t roomy = (uint32_t)MIN((size_t)n * HUGE_RESERVE, r.chunk->limit - r.page); /* room to grow again in place */
   if (n > r.pages) ok = (roomy > n && run_grow(&r, roomy, &dirty)) || run_grow(&r, n, &dirty);
   else if (n < r.pages / 4) run_shrink(&r, n, os_now_ms());
+  uint32_t fresh = 0;
   if (ok) {
     a->usable[r.page] = MIN(run_bytes(r), os_page_round(bytes + bytes / 4));
     uint32_t t = MIN(MAX(a->touched[r.page], units_of(old)), r.pages);
     a->touched[r.page] = dirty ? r.pages : MAX(t, units_of(a->usable[r.page]));
+    fresh = dirty ? 0 : a->touched[r.page] - t;
   }
   size_t now_usable = a->usable[r.page];
   hak_unlock(&huge_lock);
+  cache_yield(fresh, os_now_ms());
   void *q = p;
   if (!ok) {
     if ((q = arena_move_out(p, r, old, size)) == NULL) return NULL;

@@ -5,9 +5,11 @@
  * blocks need them. A freed block's units keep their pages (the BigCache)
  * and merge with free neighbours, so that a later block of any size up to
  * the run they form is served from pages already faulted in, without a
- * system call; they are purged once older than HAKMEM_BIGCACHE_AGE_MS, and
- * oldest first beyond HAKMEM_BIGCACHE_MB. Free runs are found through one
- * run heap (run.h), whatever the number of arenas and runs.
+ * system call; they are purged once older than HAKMEM_BIGCACHE_AGE_MS,
+ * oldest first beyond HAKMEM_BIGCACHE_MB, and as many as fresh pages that
+ * huge blocks take while none was placed on cached ones within the age.
+ * Free runs are found through one run heap (run.h), whatever the number of
+ * arenas and runs.
  *
  * Blocks beyond an arena's largest, or aligned beyond a region, have a
  * mapping of their own, unmapped when freed. */

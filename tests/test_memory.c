@@ -428,6 +428,34 @@ static void test_cache_yield(void)
          mib(big), mib(grown));
 }
 
+/* Huge blocks that only grow (a table doubled, the old one freed after the
+ * copy) land on fresh pages each time: the cache gives up the older ones
+ * meanwhile, and the resident memory stays that of the two live blocks, as
+ * with blocks unmapped at free. */
+static void test_doubling(void)
+{
+  size_t base = tu_rss(), old_size = 0, most = 0;
+  unsigned char *old = NULL;
+  for (size_t size = 4 * MiB; size <= 64 * MiB; size *= 2) {
+    unsigned char *p = A(malloc)(size);
+    CHECK(p != NULL);
+    if (p == NULL) break;
+    if (old) memcpy(p, old, old_size);
+    tu_fill(p, old_size, size, 9);
+    size_t rss = tu_rss() > base ? tu_rss() - base : 0;
+    if (rss > most) most = rss;
+    CHECKF(rss <= size + old_size + 8 * MiB, "a %zu MiB block beside the %zu MiB one it replaces: %zu MiB resident",
+           mib(size), mib(old_size), mib(rss));
+    size_t bad = tu_verify(p, 0, size, 9);
+    CHECKF(bad == (size_t)-1, "the %zu MiB block lost byte %zu", mib(size), bad);
+    A(free)(old);
+    old = p;
+    old_size = size;
+  }
+  A(free)(old);
+  printf("test_memory doubling: huge blocks doubled from 4 to 64 MiB, at most %zu MiB resident: OK\n", mib(most));
+}
+
 #define RING 8192
 static void *_Atomic ring[RING];
 static _Atomic int xthread_stop;
@@ -792,6 +820,7 @@ static const tu_case_t cases[] = {
   {"churn", test_churn, 0},
   {"bigcache", test_bigcache, TU_BY_NAME},
   {"cache_yield", test_cache_yield, TU_BY_NAME},
+  {"doubling", test_doubling, TU_BY_NAME},
   {"xthread", test_xthread, 0},
   {"reuse", test_reuse, TU_BY_NAME},
   {"grow", test_grow, 0},
