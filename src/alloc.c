@@ -349,11 +349,11 @@ static void *alloc_aligned(size_t size, size_t align) {
 
 /* ---- the API -------------------------------------------------------------- */
 
-HAK_API HAK_HOT void *hak_malloc(size_t size) { return alloc_inline(size); }
+HAK_API HAK_HOT_FIRST void *hak_malloc(size_t size) { return alloc_inline(size); }
 
 HAK_API HAK_HOT void hak_free(void *p) { free_inline(p); }
 
-HAK_API void hak_free_sized(void *p, size_t size) { free_inline(p); }
+HAK_API HAK_HOT void hak_free_sized(void *p, size_t size) { free_inline(p); }
 
 HAK_API void hak_free_aligned_sized(void *p, size_t align, size_t size) { free_inline(p); }
 

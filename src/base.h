@@ -23,9 +23,12 @@
 #define hak_noinline __attribute__((noinline))
 #define hak_inline static inline __attribute__((always_inline))
 #define HAK_API __attribute__((visibility("default")))
-/* malloc's and free's fast paths start a cache line: their speed then does
- * not move with the size of the code linked before them. */
-#define HAK_HOT __attribute__((aligned(64)))
+/* malloc's and free's fast paths sit together in a section of their own
+ * that starts a page (HAK_HOT_FIRST, then HAK_HOT): their addresses' low
+ * bits, which the front end's caches and predictors index by, then do not
+ * move with the code linked before them. */
+#define HAK_HOT __attribute__((section(".text.hakmem_hot"), aligned(64)))
+#define HAK_HOT_FIRST __attribute__((section(".text.hakmem_hot"), aligned(4096)))
 
 /* Graded assertions: level 1 cheap checks, 2 internal consistency, 3 expensive. */
 #ifndef HAKMEM_DEBUG
