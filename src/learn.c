@@ -501,6 +501,10 @@ static void sample(bool event, uint64_t now) {
   bool back = event && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) >= 0;
   if (!back && now - atomic_load_explicit(&last_sample_ms, memory_order_relaxed) < LEARN_SAMPLE_MS) return;
   if (atomic_exchange_explicit(&L.lock.held, 1, memory_order_acquire)) return;
+  /* now was read before the lock: a thread that sampled in between may
+   * have begun an epoch at a later time, and every span here is now minus
+   * a time taken under the lock */
+  if (now < L.sample_ms) now = L.sample_ms;
   atomic_store_explicit(&last_sample_ms, now, memory_order_relaxed);
   if (!L.started) {
     if (L.rng == 0) learn_reset();
