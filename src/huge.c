@@ -202,9 +202,10 @@ static _Atomic uint64_t cache_hit_ms;
  * first. A program whose blocks only grow (a table or a buffer doubled, the
  * old one freed) then keeps no more resident than with blocks unmapped at
  * free; one that reuses what it frees keeps its cache. */
-static void cache_yield(size_t n, uint64_t now) {
-  if (n && policy_knob(KNOB_PURGE_DELAY_MS) >= 0 &&
-      now - atomic_load_explicit(&cache_hit_ms, memory_order_relaxed) >= (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS))
+static void cache_yield(size_t n) {
+  if (n == 0 || policy_knob(KNOB_PURGE_DELAY_MS) < 0) return;
+  uint64_t now = os_now_ms();
+  if (now - atomic_load_explicit(&cache_hit_ms, memory_order_relaxed) >= (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS))
     cache_purge(now, UINT64_MAX, SIZE_MAX, n);
 }
 
@@ -257,10 +258,9 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
     if (!ok && (tries > 0 || !arena_new(units + a - 1))) break;
   }
   if (!ok) return NULL;
-  uint64_t now = os_now_ms();
   /* a hit: placed on cached pages more than on fresh ones */
-  if (took > fresh) atomic_store_explicit(&cache_hit_ms, now, memory_order_relaxed);
-  else cache_yield(fresh, now);
+  if (took > fresh) atomic_store_explicit(&cache_hit_ms, os_now_ms(), memory_order_relaxed);
+  else cache_yield(fresh);
   char *p = run_addr(r);
   if (r.dirty) {
     stat_inc(huge_cache_hits);
@@ -332,7 +332,7 @@ static void *own_alloc(size_t size, size_t align, size_t reserve) {
   *h = (own_t){HUGE_MAGIC, block, map, map_size, bytes, NULL, NULL};
   own_link(h);
   stat_inc(huge_mapped);
-  cache_yield(units_of(bytes), os_now_ms());
+  cache_yield(units_of(bytes));
   return block;
 }
 
@@ -486,7 +486,7 @@ void *huge_realloc(void *p, size_t size) {
     size_t old = h->usable;
     if ((h = own_resize(h, bytes)) == NULL) return NULL;
     count_usable(old, h->usable);
-    if (h->usable > old) cache_yield(units_of(h->usable - old), os_now_ms());
+    if (h->usable > old) cache_yield(units_of(h->usable - old));
     return h->block;
   }
   if (kind < MAP_ARENA) return NULL;
@@ -512,7 +512,7 @@ void *huge_realloc(void *p, size_t size) {
   }
   size_t now_usable = a->usable[r.page];
   hak_unlock(&huge_lock);
-  cache_yield(fresh, os_now_ms());
+  cache_yield(fresh);
   void *q = p;
   if (!ok) {
     if ((q = arena_move_out(p, r, old, size)) == NULL) return NULL;
