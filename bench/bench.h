@@ -184,6 +184,14 @@ static inline int block_check(const void *p, size_t n, uint64_t tag)
     return 1;
 }
 
+/* The bytes of a block of size bytes that a workload writing its first
+ * 1/part uses: at least one. */
+static inline size_t part_len(size_t size, size_t part)
+{
+    size_t n = size / part;
+    return n ? n : 1;
+}
+
 /* ---- a live block and the tag its pattern was written with ----------------- */
 typedef struct {
     void *p;

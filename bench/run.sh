@@ -170,6 +170,8 @@ if [ $MODE = full ]; then
     "random_sizes|heap 256 MiB, 1 thr|threads=1 live_mb=256 ops=50000 $RS|3"
     "random_sizes|heap 4 GiB, 1 thr|threads=1 live_mb=4096 ops=50000 $RS|3"
     "sparse_burst|64 x 256 KiB-8 MiB, 1/64 used, 200 bursts|bursts=200 blocks=64 min=262144 max=8388608 part=64 seed=1"
+    "calloc_reuse|256 KiB-4 MiB, written whole|ops=1000 slots=4 min=262144 max=4194304 part=1 seed=1"
+    "calloc_reuse|256 KiB-4 MiB, 1/64 written|ops=1000 slots=4 min=262144 max=4194304 part=64 seed=1"
     "prodcons|1 pair, 16-256 B, 10M blocks|blocks=10000000 min=16 max=256 ring=4096 batch=32 seed=1"
     "shared_slots|1 thr, 16-256 B, 65536 slots|threads=1 ops=4000000 slots=65536 min=16 max=256 seed=1"
     "shared_slots|2 thr, 16-256 B, 65536 slots|threads=2 ops=2000000 slots=65536 min=16 max=256 seed=1"

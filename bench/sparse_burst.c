@@ -28,22 +28,16 @@
  * a page handed to two live blocks at once, or a stale page, is caught. */
 static unsigned char mark(uint64_t t, size_t o) { return tag_byte(t + o / PAGE); }
 
-static size_t head_len(const block_t *b, size_t part)
-{
-    size_t n = b->size / part;
-    return n ? n : 1;
-}
-
 static void head_fill(block_t *b, size_t part)
 {
     unsigned char *c = b->p;
-    for (size_t o = 0, n = head_len(b, part); o < n; o += PAGE) c[o] = mark(b->tag, o);
+    for (size_t o = 0, n = part_len(b->size, part); o < n; o += PAGE) c[o] = mark(b->tag, o);
 }
 
 static int head_check(const block_t *b, size_t part)
 {
     const unsigned char *c = b->p;
-    for (size_t o = 0, n = head_len(b, part); o < n; o += PAGE)
+    for (size_t o = 0, n = part_len(b->size, part); o < n; o += PAGE)
         if (c[o] != mark(b->tag, o)) return 0;
     return 1;
 }

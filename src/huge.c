@@ -265,7 +265,7 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   if (r.dirty) {
     stat_inc(huge_cache_hits);
     atomic_fetch_add_explicit(&huge_reused_bytes, bytes, memory_order_relaxed);
-    if (zero) os_purge(p, bytes); /* reads zeros, its untouched pages left untouched */
+    if (zero) os_zero(p, bytes);
   }
   stat_inc(huge_arena_blocks);
   return p;

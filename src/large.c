@@ -8,7 +8,7 @@
 #include "policy.h"
 #include "stats.h"
 
-#define CALLOC_PURGE_MIN ((size_t)128 * 1024) /* calloc of dirty pages: purge, not memset, from here */
+#define CALLOC_LOOK_MIN ((size_t)128 * 1024) /* calloc of dirty pages: os_zero, not memset, from here */
 #define CACHE_PER_CLASS 64
 #define CACHE_MIN_BYTES ((size_t)16 << 20) /* or half the heap's live Large bytes, if more */
 
@@ -125,7 +125,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */
   char *p = run_addr(r);
   if (zero && r.dirty) {
-    if (bytes >= CALLOC_PURGE_MIN) os_purge(p, bytes); /* reads zeros, and leaves untouched pages untouched */
+    if (size >= CALLOC_LOOK_MIN) os_zero(p, size);
     else memset(p, 0, size);
   }
   stat_alloc(STAT_ROW_LARGE, bytes);

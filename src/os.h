@@ -39,6 +39,10 @@ void os_unmap(void *p, size_t size);
 /* Returns [p, p+size) to the OS; the range stays mapped and reads back as
  * zeros. Page-aligned. Returns the bytes purged (0 when the call failed). */
 size_t os_purge(void *p, size_t size);
+/* Zeroes [p, p+size) (page-aligned p), memory that may hold old data: with
+ * memset where at least half of its pages are resident, else by purging it
+ * (os.c says why). */
+void os_zero(void *p, size_t size);
 /* Faults [p, p+size) in at once, ahead of writes that would fault it page
  * by page; page-aligned. A hint: it may do nothing. */
 void os_populate(void *p, size_t size);
@@ -55,7 +59,7 @@ bool os_move_pages(void *p, size_t size, void *to);
 
 /* System calls about memory made so far, by kind (statistics, and the
  * learner's price of time in the OS). */
-enum { OS_MMAP, OS_MUNMAP, OS_MADVISE, OS_MREMAP, OS_MPROTECT, OS_CALL_KINDS };
+enum { OS_MMAP, OS_MUNMAP, OS_MADVISE, OS_MREMAP, OS_MPROTECT, OS_MINCORE, OS_CALL_KINDS };
 extern _Atomic uint64_t os_calls[OS_CALL_KINDS];
 uint64_t os_calls_total(void);
 

@@ -18,7 +18,7 @@
 #define STR(x) STR_(x)
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
-static const char *const os_call_name[OS_CALL_KINDS] = {"mmap", "munmap", "madvise", "mremap", "mprotect"};
+static const char *const os_call_name[OS_CALL_KINDS] = {"mmap", "munmap", "madvise", "mremap", "mprotect", "mincore"};
 
 /* Bytes of live blocks in slabs, as the counters have them (statistics on). */
 static int64_t small_live(void) {

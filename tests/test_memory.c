@@ -75,6 +75,11 @@
  *   arena_grow  a huge block that does not fit the arena's mapping follows
  *            the one before it (the arena grows in place); freed, the two
  *            serve one block at the first's address.
+ *   calloc   a freed block of 1 MiB (Large) and 8 MiB (huge), written whole,
+ *            is the next calloc's: it reads zero, and writing it whole again
+ *            faults under a tenth of its pages (zeroed in place); after
+ *            malloc_trim(0), one written on a single page and freed leaves at
+ *            most 2 pages resident after the calloc that takes it (purged).
  *   large_grid  Large blocks above 256 KiB, only their first page written
  *            and freed, merge into one dirty stretch: the next such block
  *            starts on a 128 KiB boundary in it, and the one after it, freed
@@ -87,8 +92,8 @@
  * runner, those that need CTest's environment are left out.
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
- *        bigcache, xthread, reuse, grow, regrow, sparse, arena, arena_grow,
- *        large_grid)
+ *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
+ *        arena, arena_grow, large_grid, calloc)
  */
 #include "testutil.h"
 
@@ -810,6 +815,53 @@ static void test_large_grid(void)
   printf("test_memory large_grid: blocks above 256 KiB on freed pages start on the 128 KiB grid: OK\n");
 }
 
+/* Resident pages of [p, p + size) (mincore; page-aligned p). */
+static size_t resident_pages(const void *p, size_t size)
+{
+  static unsigned char vec[8 * MiB / 4096];
+  size_t pages = (size + 4095) / 4096, n = 0;
+  CHECK(pages <= sizeof vec);
+  CHECK(mincore((void *)p, size, vec) == 0);
+  for (size_t k = 0; k < pages; k++) n += vec[k] & 1;
+  return n;
+}
+
+/* calloc on a freed block's pages: resident ones are zeroed in place (a
+ * program writes what it callocs: a fault each page would cost 10-20 times a
+ * memset), and mostly absent ones are purged, not faulted in by a memset. */
+static void test_calloc(void)
+{
+  static const size_t sizes[] = {MiB, 8 * MiB}; /* a Large block and a huge one */
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    size_t size = sizes[i], pages = size / 4096;
+    unsigned char *p = A(malloc)(size);
+    CHECK(p != NULL);
+    memset(p, 0x5a, size);
+    A(free)(p);
+    long f0 = minor_faults();
+    unsigned char *z = A(calloc)(1, size);
+    CHECKF(z == p, "calloc(%zu) at %p, not at the freed block's %p", size, (void *)z, (void *)p);
+    for (size_t k = 0; k < size; k += 512) CHECKF(z[k] == 0 && z[k + 511] == 0, "calloc(%zu) byte %zu not zero", size, k);
+    memset(z, 0x6b, size);
+    long faults = minor_faults() - f0;
+    CHECKF(faults < (long)pages / 10, "calloc(%zu) on resident pages, written whole: %ld faults", size, faults);
+    A(free)(z);
+    A(malloc_trim)(0); /* every freed page goes back: the next block starts absent */
+    unsigned char *q = A(malloc)(size);
+    CHECK(q != NULL);
+    q[0] = 1; /* one page of it written */
+    A(free)(q);
+    unsigned char *y = A(calloc)(1, size);
+    CHECKF(y == q, "calloc(%zu) at %p, not at the freed block's %p", size, (void *)y, (void *)q);
+    size_t in = resident_pages(y, size);
+    CHECKF(in <= 2, "calloc(%zu) on a block written on one page: %zu pages resident after it", size, in);
+    for (size_t k = 0; k < size; k += 4096) CHECKF(y[k] == 0 && y[k + 4095] == 0, "calloc(%zu) page %zu not zero", size, k / 4096);
+    A(free)(y);
+    printf("test_memory calloc: %zu KiB on resident pages zeroed in place (%ld faults written whole), on absent "
+           "ones purged (%zu pages resident): OK\n", size >> 10, faults, in);
+  }
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -829,6 +881,7 @@ static const tu_case_t cases[] = {
   {"arena", test_arena, TU_BY_NAME},
   {"arena_grow", test_arena_grow, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
+  {"calloc", test_calloc, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
