@@ -12,9 +12,9 @@
 #define CACHE_PER_CLASS 64
 #define CACHE_MIN_BYTES ((size_t)16 << 20) /* or half the heap's live Large bytes, if more */
 
-/* The cache's classes: eight per doubling from SMALL_MAX to LARGE_MAX, then
+/* The cache's classes: eight per doubling from SMALL_MAX to CLASS_MAX, then
  * one per page count up to SMALL_MAX (the profiler's sampled small blocks). */
-#define LARGE_CLASSES 48
+#define LARGE_CLASSES 24
 _Static_assert(RUN_CACHE_CLASSES == LARGE_CLASSES + 8, "Large classes, then runs of 1 to 8 pages");
 
 /* Eight classes per doubling above SMALL_MAX: (32, 36], (36, 40], ... KiB: a
@@ -28,20 +28,23 @@ static unsigned large_class(size_t bytes) {
 
 static size_t class_bytes(unsigned c) { return os_page_round((size_t)(9 + c % 8) << (c / 8 + 12)); }
 
-/* The cache class of a run of bytes, or -1 when such runs are not cached
- * (between classes, or beyond CLASS_MAX). */
-static int cache_class_of(size_t bytes) {
-  if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> os_page_log2()) - 1;
-  unsigned c = large_class(bytes);
-  return c < LARGE_CLASSES && bytes == class_bytes(c) ? (int)c : -1;
-}
-
 /* The run of a block of size bytes: its class's, unless it is aligned or
  * above CLASS_MAX, where rounding up to a class would leave a quarter of a
  * region unused (a region holds three 1 MiB runs, but four of 1,000,000
- * bytes): those take whole pages, and are cached only when they happen to
- * be a class's size. */
+ * bytes): those take whole pages, and are not cached. A size seldom comes
+ * back to the page, so a cached one waited for its own size while others
+ * took fresh pages; freed, it merges with its free neighbours, and its
+ * dirty pages serve the next block of any size (run_alloc). */
 #define CLASS_MAX ((size_t)256 * 1024)
+
+/* The cache class of a run of bytes, or -1 when such runs are not cached
+ * (between classes, aligned, or beyond CLASS_MAX). */
+static int cache_class_of(size_t bytes) {
+  if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> os_page_log2()) - 1;
+  unsigned c = large_class(bytes);
+  return bytes <= CLASS_MAX && bytes == class_bytes(c) ? (int)c : -1;
+}
+
 /* Blocks above CLASS_MAX placed on dirty pages start on this grid
  * (run_alloc): a program that writes only their first pages finds those
  * where the freed blocks had theirs, resident. */

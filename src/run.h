@@ -167,7 +167,7 @@ hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) <
  * class is a stack of slots in the cache itself and a cached run is marked
  * in its chunk's bitmap (RUN_CACHED): pushing, popping and the double-free test read
  * no page node (a node is a cache miss a run; the bitmap's word is not). */
-#define RUN_CACHE_CLASSES 56
+#define RUN_CACHE_CLASSES 32
 #define RUN_CACHE_DEPTH 64
 
 /* How many blocks a cache's class keeps at most, following demand as a
