@@ -312,17 +312,32 @@ static size_t resident_bytes(const void *p, size_t size, bool counted) {
 size_t os_resident(const void *p, size_t size) { return resident_bytes(p, size, false); }
 
 /* A program that callocs a block usually writes all of it, and a page fault
- * costs as much as a memset of 10 to 20 pages: resident pages are zeroed in
- * place. A block whose pages are mostly absent (its last owner wrote little
- * of it) is purged instead, so that the pages this one leaves unwritten stay
- * absent. An absent page may be swapped out rather than zero, so the choice
- * is for the whole range, never page by page. Past ZERO_LOOK_MAX it purges
- * without looking (a memset that large takes milliseconds itself). */
-#define ZERO_LOOK_MAX ((size_t)64 << 20)
+ * costs as much as a memset of 10 to 20 pages: the block's resident pages
+ * are zeroed in place and its absent ones purged, which reads zeros and
+ * leaves them absent (an absent page is never touched: the program faults
+ * in only what it writes). Purged, not skipped: an absent page may be
+ * swapped out rather than zero. A block whose pages alternate more than
+ * ZERO_PIECES times, or larger than one mincore vector on the stack
+ * covers, is purged whole. */
+#define ZERO_VEC 4096
+#define ZERO_PIECES 8
 void os_zero(void *p, size_t size) {
-  if (size <= ZERO_LOOK_MAX && 2 * resident_bytes(p, size, true) >= size) {
-    __builtin_memset(p, 0, size);
+  unsigned char vec[ZERO_VEC];
+  size_t page = os_page_size(), pages = (size + page - 1) / page, pieces = 0;
+  bool look = pages <= ZERO_VEC;
+  if (look) {
+    COUNT(OS_MINCORE);
+    look = !failed(SYS(SYS_mincore, p, size, vec, 0, 0, 0));
+  }
+  for (size_t i = 0; look && i < pages; i++) pieces += !(vec[i] & 1) && (i == 0 || vec[i - 1] & 1);
+  if (!look || pieces > ZERO_PIECES) {
+    os_purge(p, pages * page);
     return;
   }
-  os_purge(p, os_page_round(size));
+  for (size_t i = 0, j; i < pages; i = j) {
+    for (j = i + 1; j < pages && (vec[j] & 1) == (vec[i] & 1); j++) {}
+    char *a = (char *)p + i * page;
+    if (vec[i] & 1) __builtin_memset(a, 0, MIN_SIZE(j * page, size) - i * page);
+    else os_purge(a, (j - i) * page);
+  }
 }

@@ -39,9 +39,9 @@ void os_unmap(void *p, size_t size);
 /* Returns [p, p+size) to the OS; the range stays mapped and reads back as
  * zeros. Page-aligned. Returns the bytes purged (0 when the call failed). */
 size_t os_purge(void *p, size_t size);
-/* Zeroes [p, p+size) (page-aligned p), memory that may hold old data: with
- * memset where at least half of its pages are resident, else by purging it
- * (os.c says why). */
+/* Zeroes [p, p+size) (page-aligned p), memory that may hold old data: its
+ * resident pages with memset, its absent ones by purging them (os.c says
+ * why). */
 void os_zero(void *p, size_t size);
 /* Faults [p, p+size) in at once, ahead of writes that would fault it page
  * by page; page-aligned. A hint: it may do nothing. */

@@ -79,7 +79,8 @@
  *            is the next calloc's: it reads zero, and writing it whole again
  *            faults under a tenth of its pages (zeroed in place); after
  *            malloc_trim(0), one written on a single page and freed leaves at
- *            most 2 pages resident after the calloc that takes it (purged).
+ *            most 2 pages resident after the calloc that takes it (the rest
+ *            purged, not zeroed by a memset that would fault them in).
  *   large_grid  Large blocks above 256 KiB, only their first page written
  *            and freed, merge into one dirty stretch: the next such block
  *            starts on a 128 KiB boundary in it, and the one after it, freed
@@ -828,7 +829,7 @@ static size_t resident_pages(const void *p, size_t size)
 
 /* calloc on a freed block's pages: resident ones are zeroed in place (a
  * program writes what it callocs: a fault each page would cost 10-20 times a
- * memset), and mostly absent ones are purged, not faulted in by a memset. */
+ * memset), absent ones purged, not faulted in by a memset. */
 static void test_calloc(void)
 {
   static const size_t sizes[] = {MiB, 8 * MiB}; /* a Large block and a huge one */
@@ -858,7 +859,7 @@ static void test_calloc(void)
     for (size_t k = 0; k < size; k += 4096) CHECKF(y[k] == 0 && y[k + 4095] == 0, "calloc(%zu) page %zu not zero", size, k / 4096);
     A(free)(y);
     printf("test_memory calloc: %zu KiB on resident pages zeroed in place (%ld faults written whole), on absent "
-           "ones purged (%zu pages resident): OK\n", size >> 10, faults, in);
+           "ones left absent (%zu pages resident): OK\n", size >> 10, faults, in);
   }
 }
 
