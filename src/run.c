@@ -139,8 +139,7 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
     h->dirty_pages += dhi - dlo;
     if (h->counted) {
       atomic_fetch_add_explicit(&run_dirty_bytes, (size_t)(dhi - dlo) << h->page_shift, memory_order_relaxed);
-      if (at_tail && t > atomic_load_explicit(&run_dirty_grew_ms, memory_order_relaxed)) /* a stretch put back is no growth */
-        atomic_store_explicit(&run_dirty_grew_ms, t, memory_order_relaxed);
+      if (at_tail) atomic_store_explicit(&run_dirty_grew_ms, t, memory_order_relaxed);
     }
   }
 }
@@ -332,16 +331,18 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
   return true;
 }
 
-/* Frees allocated run r, of which pages [lo, hi) may be resident since t
- * (t 0: none). It merges with its free neighbours; the dirty stretch of the
- * run they form spans theirs, dirty since the latest of them. */
-static bool free_stretch(run_t r, uint32_t lo, uint32_t hi, uint64_t t) {
+/* A freed run merges with its free neighbours; the dirty stretch of the run
+ * they form spans theirs. */
+bool run_free(run_t r, bool dirty, uint64_t now) { return run_free_prefix(r, dirty ? r.pages : 0, now); }
+
+bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   run_chunk_t *c = r.chunk;
   uint32_t s = r.page, n = c->len[s];
-  hak_assert(n == r.pages && !free_start(c, s) && (t == 0 || (s <= lo && lo < hi && hi <= s + n)));
+  hak_assert(n == r.pages && !free_start(c, s) && dirty <= n);
   set_live(c, s, 0);
   c->used -= n;
-  if (t == 0) lo = UINT32_MAX, hi = 0;
+  uint64_t t = dirty ? (now ? now : 1) : 0;
+  uint32_t lo = dirty ? s : UINT32_MAX, hi = dirty ? s + dirty : 0;
   if (s > 0) {
     uint32_t f = c->last_of[s - 1];
     if (f < s && free_start(c, f) && f + c->len[f] == s) {
@@ -364,12 +365,6 @@ static bool free_stretch(run_t r, uint32_t lo, uint32_t hi, uint64_t t) {
   }
   free_insert(c, s, n, t, lo, hi, NULL, true);
   return c->used == 0;
-}
-
-bool run_free(run_t r, bool dirty, uint64_t now) { return run_free_prefix(r, dirty ? r.pages : 0, now); }
-
-bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
-  return free_stretch(r, r.page, r.page + dirty, dirty ? (now ? now : 1) : 0);
 }
 
 bool run_grow(run_t *r, uint32_t n, bool *dirty) {
@@ -493,39 +488,25 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
 
 /* ---- purging -------------------------------------------------------------------------- */
 
-/* Takes the oldest dirty free run if it is due (its stretch dirty for delay
- * ms or more, or the heap above keep dirty pages), out of the free runs:
- * r's dlo and dhi are what to purge (all of the stretch when it is due by
- * age, the excess over keep from its end otherwise), *lo the start of the
- * stretch and *since its age, for what stays dirty. */
-static bool purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out, uint32_t *lo,
-                       uint64_t *since) {
+bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out) {
   run_node_t *x = h->dirty_head;
-  if (x == NULL) return false;
-  bool aged = now - x->dirty_ms >= delay;
-  if (!aged && h->dirty_pages <= keep) return false;
-  uint32_t hi = x->dhi, cut = x->dhi - x->dlo;
-  if (!aged) cut = (uint32_t)MIN(cut, h->dirty_pages - keep);
+  if (x == NULL || (now - x->dirty_ms < delay && h->dirty_pages <= keep)) return false;
   run_chunk_t *c = x->chunk;
-  uint32_t s = x->page, n = c->len[s];
-  *lo = x->dlo;
-  *since = x->dirty_ms;
+  uint32_t s = x->page, n = c->len[s], lo = x->dlo, hi = x->dhi;
   free_remove(c, s);
   c->used += n;
-  *out = (run_t){.chunk = c, .page = s, .pages = n, .dirty = true, .dlo = hi - cut, .dhi = hi};
+  *out = (run_t){.chunk = c, .page = s, .pages = n, .dirty = true, .dlo = lo, .dhi = hi};
   return true;
 }
 
 size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t delay, size_t keep) {
   size_t n = 0;
   run_t r;
-  uint32_t lo;
-  uint64_t since;
-  while (purge_take(h, now, delay, keep, &r, &lo, &since)) {
+  while (run_purge_take(h, now, delay, keep, &r)) {
     hak_unlock(lock);
     n += os_purge(run_dirty_addr(r), run_dirty_bytes_of(r));
     hak_lock(lock);
-    free_stretch(r, lo, r.dlo, lo < r.dlo ? since : 0);
+    run_free(r, false, now);
   }
   return n;
 }

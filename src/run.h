@@ -93,7 +93,7 @@ typedef struct {
   run_chunk_t *chunk;
   uint32_t page, pages;
   bool dirty;         /* some of its pages may be resident and hold old data */
-  uint32_t dlo, dhi;  /* run_purge_due: the stretch to purge */
+  uint32_t dlo, dhi;  /* run_purge_take: the stretch to purge */
 } run_t;
 
 #define RUN_FREE 0
@@ -155,7 +155,7 @@ run_t run_at(run_chunk_t *c, uint32_t page);
 
 hak_inline char *run_addr(run_t r) { return r.chunk->base + ((size_t)r.page << r.chunk->heap->page_shift); }
 hak_inline size_t run_bytes(run_t r) { return (size_t)r.pages << r.chunk->heap->page_shift; }
-/* The address and size of the stretch run_purge_due purges of run r. */
+/* The address and size of what run_purge_take's run may hold resident. */
 hak_inline char *run_dirty_addr(run_t r) { return r.chunk->base + ((size_t)r.dlo << r.chunk->heap->page_shift); }
 hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) << r.chunk->heap->page_shift; }
 
@@ -222,13 +222,15 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age);
 /* Whether allocated run r sits in a cache (freed). */
 hak_inline bool run_cached(run_t r) { return run_bit(r.chunk, r.page, RUN_CACHED); }
 
-/* Purges the dirty free runs due: those dirty for delay ms or more, whole,
- * and beyond them the oldest ones' pages while the heap holds more than
- * keep dirty pages, no more than that excess (a bound passed by a page does
- * not purge a run of a thousand). Each run is taken out like an allocated
- * one while its pages go back, so that nothing is placed on it or merged
- * into it, with lock (held on entry and on return) released around the
- * system call. Returns the bytes purged. */
+/* Takes the oldest dirty free run if it is due (dirty at least delay ms, or
+ * more than keep dirty pages in the heap): it is taken out like an allocated
+ * run, so that nothing is placed on it or merged into it while its pages go
+ * back (run_dirty_addr, run_dirty_bytes_of); run_free(r, false, ...) returns
+ * it clean. False when none is due. */
+bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out);
+/* Purges the dirty free runs due (as run_purge_take takes them), each with
+ * lock (held on entry and on return) released around its system call.
+ * Returns the bytes purged. */
 size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t delay, size_t keep);
 /* The age (ms) of the oldest dirty free run, or UINT64_MAX when none is. */
 uint64_t run_dirty_since(const run_heap_t *h);
