@@ -38,7 +38,7 @@ static size_t class_bytes(unsigned c) { return os_page_round((size_t)(9 + c % 8)
 #define CLASS_MAX ((size_t)256 * 1024)
 
 /* The cache class of a run of bytes, or -1 when such runs are not cached
- * (between classes, aligned, or beyond CLASS_MAX). */
+ * (between classes, or beyond CLASS_MAX). */
 static int cache_class_of(size_t bytes) {
   if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> os_page_log2()) - 1;
   unsigned c = large_class(bytes);
