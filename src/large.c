@@ -12,9 +12,10 @@
 #define CACHE_PER_CLASS 64
 #define CACHE_MIN_BYTES ((size_t)16 << 20) /* or half the heap's live Large bytes, if more */
 
-/* The cache's classes: eight per doubling from SMALL_MAX to CLASS_MAX, then
- * one per page count up to SMALL_MAX (the profiler's sampled small blocks). */
-#define LARGE_CLASSES 24
+/* The cache's classes: eight per doubling from SMALL_MAX to CLASS_MAX (the
+ * hot stacks' classes), then one per page count up to SMALL_MAX (the
+ * profiler's sampled small blocks). */
+#define LARGE_CLASSES LARGE_HOT_CLASSES
 _Static_assert(RUN_CACHE_CLASSES == LARGE_CLASSES + 8, "Large classes, then runs of 1 to 8 pages");
 
 /* Eight classes per doubling above SMALL_MAX: (32, 36], (36, 40], ... KiB: a

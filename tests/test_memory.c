@@ -541,11 +541,21 @@ static void slab_fill(char **p, int round)
 
 enum { OTHER_BSIZE = 20000 };
 
+/* Resident pages of [p, p + size) (mincore; page-aligned p). */
+static size_t resident_pages(const void *p, size_t size)
+{
+  static unsigned char vec[8 * MiB / 4096];
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = (size + page - 1) / page, n = 0;
+  CHECK(pages <= sizeof vec);
+  CHECK(mincore((void *)p, size, vec) == 0);
+  for (size_t k = 0; k < pages; k++) n += vec[k] & 1;
+  return n;
+}
+
 /* Resident bytes of the pages that hold the blocks p[] (mincore), and in
  * *total how many bytes those pages make. */
 static size_t slab_resident(char **p, size_t *total)
 {
-  static unsigned char vec[2 * SLAB_BLOCKS * SLAB_BSIZE / 4096];
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   uintptr_t lo = UINTPTR_MAX, hi = 0;
   for (int i = 0; i < SLAB_BLOCKS; i++) {
@@ -554,12 +564,8 @@ static size_t slab_resident(char **p, size_t *total)
   }
   lo &= ~(page - 1);
   hi = (hi + page - 1) & ~(page - 1);
-  size_t pages = (hi - lo) / page, n = 0;
-  CHECK(pages <= sizeof vec);
-  CHECK(mincore((void *)lo, hi - lo, vec) == 0);
-  for (size_t k = 0; k < pages; k++) n += (vec[k] & 1) * page;
   *total = hi - lo;
-  return n;
+  return resident_pages((void *)lo, hi - lo) * page;
 }
 
 static void test_reuse(void)
@@ -814,17 +820,6 @@ static void test_large_grid(void)
   CHECKF(faults == 0, "%ld page faults writing the first page of a block placed on a freed one's", faults);
   A(free)(q);
   printf("test_memory large_grid: blocks above 256 KiB on freed pages start on the 128 KiB grid: OK\n");
-}
-
-/* Resident pages of [p, p + size) (mincore; page-aligned p). */
-static size_t resident_pages(const void *p, size_t size)
-{
-  static unsigned char vec[8 * MiB / 4096];
-  size_t pages = (size + 4095) / 4096, n = 0;
-  CHECK(pages <= sizeof vec);
-  CHECK(mincore((void *)p, size, vec) == 0);
-  for (size_t k = 0; k < pages; k++) n += vec[k] & 1;
-  return n;
 }
 
 /* calloc on a freed block's pages: resident ones are zeroed in place (a
