@@ -112,6 +112,10 @@ static slab_t *heap_span_alloc(heap_t *heap, size_t n, bool *dirty) {
   slab_t *s = region_span_alloc(&heap->pages, n, dirty);
   while (s == NULL && (region_grow(&heap->pages) || region_new(&heap->pages, heap)))
     s = region_span_alloc(&heap->pages, n, dirty);
+  if (s != NULL) {
+    heap->span_bytes += n * UNIT_SIZE;
+    heap->span_peak = MAX(heap->span_peak, heap->span_bytes);
+  }
   heap_unlock(heap);
   return s;
 }
@@ -122,6 +126,7 @@ static void heap_span_release(heap_t *heap, slab_t *s) {
   uint64_t now = os_now_ms();
   heap_lock(heap);
   if (heap->idle[s->cls] == s) heap->idle[s->cls] = NULL;
+  heap->span_bytes -= (size_t)s->units * UNIT_SIZE;
   region_t *r = region_of(s);
   if (region_span_free(s, now) && region_spare(r)) region_release(r, now);
   heap_unlock(heap);
@@ -965,11 +970,12 @@ void heap_fork_child(void) {
 }
 
 /* An abandoned heap keeps its partly used slabs, and of its free dirty pages
- * as many as its thread held in Large blocks at most, warm for the thread
- * that adopts it (in thread churn at once: the next thread, like the last,
- * takes them again). Those go back with age, as any heap's, in the purge
- * rounds of the threads that still run; the rest (the oldest: fragments no
- * block of its thread's sizes took) and what is due by age go now. */
+ * as many as its thread held at most in Large blocks or in slab spans,
+ * whichever is more, warm for the thread that adopts it (in thread churn at
+ * once: the next thread, like the last, takes them again). Those go back
+ * with age, as any heap's, in the purge rounds of the threads that still
+ * run; the rest (the oldest: fragments no block of its thread's sizes took)
+ * and what is due by age go now. */
 #define ABANDON_KEEP_MIN ((size_t)1 << 20)
 void (*heap_abandon_hook)(heap_t *heap);
 
@@ -983,9 +989,10 @@ static void heap_abandon(heap_t *heap) {
   heap->abandoned_ms = os_now_ms();
   long delay = purge_delay();
   heap_lock(heap);
-  size_t keep = MAX(heap->large_peak, ABANDON_KEEP_MIN) >> heap->pages.page_shift;
+  size_t keep = MAX(MAX(heap->large_peak, heap->span_peak), ABANDON_KEEP_MIN) >> heap->pages.page_shift;
   size_t purged = delay < 0 ? 0 : run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, keep);
   heap->large_peak = heap->large_live; /* the adopter's own from here, purging on or off */
+  heap->span_peak = heap->span_bytes;
   heap_unlock(heap);
   if (purged) stat_add(bytes_purged, purged);
   atomic_store_explicit(&heap->active_ms, 0, memory_order_relaxed); /* idle: remote wipes return pages at once */

@@ -60,6 +60,8 @@ struct heap_s {
   size_t large_live;                /* bytes of its live Large blocks (large.c) */
   size_t large_classed;             /* of those, in blocks of the sizes its cache keeps (its bound) */
   size_t large_peak;                /* the most large_live held since its thread took it */
+  size_t span_bytes;                /* bytes of its slabs' spans */
+  size_t span_peak;                 /* the most span_bytes held since its thread took it */
   slab_t *idle[NUM_CLASSES];        /* the spare of each class while idle */
   /* the owner's clocks */
   uint32_t carves;                  /* fresh carves by this heap */
