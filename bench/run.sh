@@ -173,6 +173,7 @@ if [ $MODE = full ]; then
     "calloc_reuse|256 KiB-4 MiB, written whole|ops=1000 slots=4 min=262144 max=4194304 part=1 seed=1"
     "calloc_reuse|256 KiB-4 MiB, 1/64 written|ops=1000 slots=4 min=262144 max=4194304 part=64 seed=1"
     "prodcons|1 pair, 16-256 B, 10M blocks|blocks=10000000 min=16 max=256 ring=4096 batch=32 seed=1"
+    "handoff|2 pairs, 64 B, 2 x 1000 batches of 4096|pairs=2 batches=1000 per=4096 depth=100 min=64 max=64 seed=1"
     "shared_slots|1 thr, 16-256 B, 65536 slots|threads=1 ops=4000000 slots=65536 min=16 max=256 seed=1"
     "shared_slots|2 thr, 16-256 B, 65536 slots|threads=2 ops=2000000 slots=65536 min=16 max=256 seed=1"
     "false_sharing|scratch, 2 thr, 8 B|mode=scratch threads=2 iters=4000 writes=10000 size=8"
