@@ -181,15 +181,16 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
   return n;
 }
 
-/* A carve populates its pages in one call where they are two or more, or
- * one of a hot class's batch: a fault a page costs more. Only where every
- * page holds a block's start, which the carve's link writes anyway: a page
- * inside a larger block stays untouched until the program writes it. A
- * populate holds the address space's lock (mmap_lock) for reading, where a
- * trapped fault locks only its mapping: with more than POPULATE_MAX_RUNNING
- * threads able to run at once (threads holding a heap, processors in the
- * affinity mask) the populating threads queue on it, and carves leave their
- * pages to fault. */
+/* A hot class's carve populates its pages in one call: a fault a page costs
+ * more. A cold one (a class's first carves) leaves them to fault: a call
+ * for its page or two saves nothing, and would be a system call for every
+ * slab a class starts. Only where every page holds a block's start, which
+ * the carve's link writes anyway: a page inside a larger block stays
+ * untouched until the program writes it. A populate holds the address
+ * space's lock (mmap_lock) for reading, where a trapped fault locks only
+ * its mapping: with more than POPULATE_MAX_RUNNING threads able to run at
+ * once (threads holding a heap, processors in the affinity mask) the
+ * populating threads queue on it, and carves leave their pages to fault. */
 #define POPULATE_MAX_RUNNING 4
 /* A hot class's carve also populates up to this much of its slab past the
  * carve: a growing class carves it soon, and one call then serves several
@@ -198,8 +199,8 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
  * a class that stops growing leaves at most its own size populated unused. */
 #define POPULATE_AHEAD ((size_t)64 << 10)
 static unsigned carve_populate_pages(size_t bsize, bool hot) {
-  if (bsize > os_page_size() || MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
-  return hot ? 1 : 2;
+  if (!hot || bsize > os_page_size() || MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
+  return 1;
 }
 static size_t carve_ahead(const heap_t *heap, const slab_t *s, bool hot) {
   if (!hot) return 0;
