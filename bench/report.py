@@ -870,7 +870,10 @@ def compact_summary(sec):
     first = lines.index(rows[0])
     note = ("Medians; in brackets, the median per-round ratio to hakmem (above 1.00: faster than hakmem). "
             "Memory: resident overhead over the bytes requested.")
-    return "\n".join([lines[0], "", note, ""] + out + [l for l in lines[first + len(rows):]])
+    # the baseline build's comparison is a developer's check: latest.md keeps it
+    rest = [l for l in lines[first + len(rows):] if not l.startswith("hakmem over the baseline build")]
+    rest = [l for i, l in enumerate(rest) if l or i == 0 or rest[i - 1]]  # no blank line twice
+    return "\n".join([lines[0], "", note, ""] + out + rest)
 
 
 def refresh_readme(readme, latest):
