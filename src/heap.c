@@ -244,15 +244,16 @@ static slab_t *class_views_map(void) {
 
 /* A remote free emptied full slab s (f: what it read of s before). An
  * owner that collects its inbox takes it back soon, warm. One that has not
- * ticked for the purge delay, or that has been quiet for UNCLAIMED_QUIET_MS
- * and has not collected since it set s aside while UNCLAIMED_MAX bytes of
- * such slabs piled up (it sleeps, or is gone: a busy one collects when its
- * current slab runs out), would keep it resident: its pages go back now,
- * the lock held so that the owner cannot reuse it meanwhile. Only then is s
- * touched again: an owner that collects may have released it since. The
- * quiet time tells a sleeping owner from a running one that the scheduler
- * set aside for a time slice while its consumers ran (slices are a few ms):
- * that one takes the slabs back warm on its next slow path. */
+ * ticked for the purge delay, or has not collected since it set s aside
+ * while UNCLAIMED_MAX bytes of such slabs piled up (it sleeps, or is gone: a
+ * busy one collects when its current slab runs out), would keep it
+ * resident: its pages go back now, the lock held so that the owner cannot
+ * reuse it meanwhile. Only then is s touched again: an owner that collects
+ * may have released it since. Where more threads hold heaps than there are
+ * processors, a running owner may only be set aside by the scheduler for a
+ * time slice (a few ms) while its consumers run: there the second rule also
+ * needs the owner quiet for UNCLAIMED_QUIET_MS, and one that was just
+ * descheduled takes the slabs back warm on its next slow path. */
 #define IDLE_MIN_MS 100
 #define UNCLAIMED_QUIET_MS 10
 #define UNCLAIMED_MAX ((uint64_t)512 << 10)
@@ -262,10 +263,12 @@ static void heap_remote_full(slab_t *s, slab_full_t f) {
   if (delay < 0) return;
   uint32_t gen = atomic_load_explicit(&h->collects, memory_order_relaxed);
   uint64_t now = os_now_ms(), quiet = now - atomic_load_explicit(&h->active_ms, memory_order_relaxed);
-  if (quiet < (uint64_t)MAX(delay, IDLE_MIN_MS) &&
-      (quiet < UNCLAIMED_QUIET_MS || gen != f.full_gen ||
-       atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)f.units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX))
-    return;
+  if (quiet < (uint64_t)MAX(delay, IDLE_MIN_MS)) {
+    bool descheduled = quiet < UNCLAIMED_QUIET_MS && heap_threads_running() > os_cpu_count();
+    if (gen != f.full_gen || descheduled ||
+        atomic_fetch_add_explicit(&h->unclaimed, (uint64_t)f.units * UNIT_SIZE, memory_order_relaxed) < UNCLAIMED_MAX)
+      return;
+  }
   heap_lock(h);
   if (slab_wipe(s, f.word)) {
     stat_add(bytes_purged, os_purge(slab_start(s), (size_t)f.units * UNIT_SIZE));
