@@ -4,33 +4,6 @@
 #include "size_class.h"
 #include "stats.h"
 
-static void remote_init(slab_t *s);
-
-void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh) {
-  size_t bsize = hak_class_size[cls], bytes = (size_t)s->units * UNIT_SIZE;
-  slab_set_list(s, NULL);
-  s->used = 0;
-  s->sparse[0] = s->sparse[1] = 0;
-  s->sparse_seen = 0;
-  s->idle = s->purged = 0;
-  s->fresh = fresh;
-  s->populated = NULL;
-  s->bsize = (uint32_t)bsize;
-  s->divc = UINT64_MAX / bsize + 1;
-  if (HAKMEM_SECURE) s->key = harden_random() | 1;
-  s->cls = (uint8_t)cls;
-  s->kind = SLAB_SMALL;
-  s->queued = 0;
-  char *start = slab_start(s);
-  size_t pad = (bsize - (uint32_t)(uintptr_t)start % bsize) % bsize; /* up to the first block (slab_block_at) */
-  s->capacity = (uint32_t)MIN((bytes - pad) / bsize, s->units * REMOTE_BITS_PER_UNIT);
-  s->first = start + pad;
-  __atomic_store_n(&s->bump, start + pad, __ATOMIC_RELAXED); /* remote frees read it to validate */
-  s->next = s->prev = s->remote_next = NULL;
-  remote_init(s);
-  atomic_store_explicit(&s->owner, (uintptr_t)owner | flags, memory_order_release);
-}
-
 /* Secure build: links n fresh blocks from b in a random order. */
 static block_t *carve_shuffled(slab_t *s, char *b, size_t n) {
   uint16_t order[CARVE_MAX_BLOCKS];
@@ -231,6 +204,31 @@ static void remote_init(slab_t *s) {
   if (atomic_load_explicit(&region_of(s)->remote_units, memory_order_relaxed) & remote_unit_mask(s)) remote_clear(s);
   uint64_t w = atomic_load_explicit(&s->remote, memory_order_relaxed);
   atomic_store_explicit(&s->remote, remote_next_epoch(w), memory_order_relaxed);
+}
+
+void slab_init(slab_t *s, void *owner, uintptr_t flags, unsigned cls, bool fresh) {
+  size_t bsize = hak_class_size[cls], bytes = (size_t)s->units * UNIT_SIZE;
+  slab_set_list(s, NULL);
+  s->used = 0;
+  s->sparse[0] = s->sparse[1] = 0;
+  s->sparse_seen = 0;
+  s->idle = s->purged = 0;
+  s->fresh = fresh;
+  s->populated = NULL;
+  s->bsize = (uint32_t)bsize;
+  s->divc = UINT64_MAX / bsize + 1;
+  if (HAKMEM_SECURE) s->key = harden_random() | 1;
+  s->cls = (uint8_t)cls;
+  s->kind = SLAB_SMALL;
+  s->queued = 0;
+  char *start = slab_start(s);
+  size_t pad = (bsize - (uint32_t)(uintptr_t)start % bsize) % bsize; /* up to the first block (slab_block_at) */
+  s->capacity = (uint32_t)MIN((bytes - pad) / bsize, s->units * REMOTE_BITS_PER_UNIT);
+  s->first = start + pad;
+  __atomic_store_n(&s->bump, start + pad, __ATOMIC_RELAXED); /* remote frees read it to validate */
+  s->next = s->prev = s->remote_next = NULL;
+  remote_init(s);
+  atomic_store_explicit(&s->owner, (uintptr_t)owner | flags, memory_order_release);
 }
 
 static void inbox_push(slab_t *s) {
