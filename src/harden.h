@@ -78,17 +78,16 @@ hak_inline void block_link(const slab_t *s, block_t *b, block_t *next) {
 hak_inline void block_set_next(const slab_t *s, block_t *b, block_t *next) { block_link(s, b, next ? next : slab_end(s)); }
 
 /* Takes block b, the head of a free list: clears its free bit, and says
- * whether it was set (false for the end of the list too). On x86-64 btr
- * does both, on a register: btr on memory is a read-modify-write that
- * stalls on some processors when the word was written shortly before, and
- * the link read back after it waits on its store. The word is written back
- * either way (the end of a list, a head's own word, keeps its value). */
+ * whether it was set (false for the end of the list too, whose word is left
+ * as it is). On x86-64 the test and the clear each take the word as a
+ * memory operand (cmp, and): a plain load into a register worked on there,
+ * or a btr on memory, makes the pop wait longer on some processors when the
+ * block is out of L1 (docs/experiments.md, stop 60). */
 hak_inline bool block_take(block_t *b) {
 #if defined(__x86_64__) && !HAK_UNDER_SANITIZER
-  register uintptr_t v __asm__("rdx") = (uintptr_t)b->next; /* b stays in rax, malloc's return */
   bool was;
-  __asm__("btrq $63, %0" : "+r"(v), "=@ccc"(was));
-  b->next = (block_t *)v;
+  __asm__("cmpq $0, %1" : "=@ccs"(was) : "m"(b->next));
+  if (was) b->next = (block_t *)((uintptr_t)b->next & ~BLOCK_FREE_BIT);
   return was;
 #else
   uintptr_t v = (uintptr_t)b->next;
