@@ -588,7 +588,7 @@ void heap_slab_unfull(heap_t *heap, slab_t *s) {
 #define TC_MIN 8
 #define TC_MAX 128
 #define TC_GROW_BYTES (4 << 20)
-#define TC_GROW_MAX 4096
+#define TC_GROW_MAX 16384
 /* A refill takes TC_BATCH_MIN blocks at first, twice as many at each next
  * one up to half the capacity, half as many after the tcache filled up:
  * a thread that allocates a few blocks of a class does not take (and give
