@@ -171,20 +171,21 @@ hak_inline slab_t *heap_tc_of(heap_t *heap, slab_t *s) {
  * s emptied). */
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s);
 /* Pushes b onto the list at heap + off (a tcache); whether it is full now.
- * On x86-64 it is addressed as base and index, with no register for its
- * address: one instruction less on free's fast path. */
+ * On x86-64 the list's address is taken into a register first: its three
+ * accesses, each on the word the last free wrote, run faster with a base
+ * register than with base and index (docs/experiments.md, stop 60). */
 #if HAK_ASM_EQ
-#define tc_push(heap, off, b)                                                                       \
-  __extension__({                                                                                   \
-    uintptr_t link_ = BLOCK_FREE_BIT;                                                               \
-    bool full_;                                                                                     \
-    __asm__("orq %c[f](%[h],%[o]), %[l]\n\tmovq %[l], (%[b])\n\t"                                    \
-            "movq %[b], %c[f](%[h],%[o])\n\tsubl $1, %c[u](%[h],%[o])"                                \
-            : [l] "+&r"(link_), "=@ccz"(full_)                                                      \
-            : [h] "r"(heap), [o] "r"((uintptr_t)(off)), [b] "r"(b), [f] "i"(offsetof(slab_t, free)), \
-              [u] "i"(offsetof(slab_t, used))                                                       \
-            : "memory");                                                                            \
-    full_;                                                                                          \
+#define tc_push(heap, off, b)                                                                         \
+  __extension__({                                                                                     \
+    uintptr_t link_ = BLOCK_FREE_BIT, c_;                                                             \
+    bool full_;                                                                                       \
+    __asm__("leaq (%[h],%[o]), %[c]\n\torq %c[f](%[c]), %[l]\n\tmovq %[l], (%[b])\n\t"              \
+            "movq %[b], %c[f](%[c])\n\tsubl $1, %c[u](%[c])"                                            \
+            : [l] "+&r"(link_), "=@ccz"(full_), [c] "=&r"(c_)                                         \
+            : [h] "r"(heap), [o] "r"((uintptr_t)(off)), [b] "r"(b), [f] "i"(offsetof(slab_t, free)),   \
+              [u] "i"(offsetof(slab_t, used))                                                         \
+            : "memory");                                                                              \
+    full_;                                                                                            \
   })
 #else
 #define tc_push(heap, off, b)                                   \
