@@ -62,6 +62,7 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
  * when none. */
 hak_inline unsigned class_aligned(size_t size, size_t align) {
   unsigned cls = size_class(size);
+  if (cls && hak_class_size[cls - 1] >= size) cls--; /* a power of two's class (size_class.h) */
   while (cls < NUM_CLASSES && (hak_class_size[cls] & (align - 1))) cls++;
   return cls;
 }
@@ -340,7 +341,11 @@ static void *alloc_aligned(size_t size, size_t align) {
     if (cls < NUM_CLASSES) {
       void *p = sample ? NULL : alloc_small(heap, cls);
       if (likely(p != NULL)) return p;
-      return alloc_slow(hak_class_size[cls], heap, 0, false);
+      if (class_plain(cls)) return alloc_slow(hak_class_size[cls], heap, 0, false);
+      /* a power of two's class, which alloc_slow would not find from the size:
+       * its slow path here, else a page run aligned as its blocks are */
+      if (!sample && heap != &hak_heap_empty && (p = heap_alloc_small_slow(heap, cls)) != NULL) return p;
+      return alloc_slow(hak_class_size[cls], heap, hak_class_size[cls], false);
     }
     size = SMALL_MAX + 1; /* no class fits: a page run does */
   }

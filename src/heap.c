@@ -65,9 +65,12 @@ static void queue_remove(heap_t *heap, slab_t *s) {
   s->queued = 0;
 }
 
-/* Points the entries of class cls's sizes in the calling thread's view at s. */
+/* Points the entries of class cls's sizes in the calling thread's view at s
+ * (a class that is not its own size's has none). */
 static void view_set(unsigned cls, slab_t *s) {
-  size_t size = hak_class_size[cls], prev = cls ? hak_class_size[cls - 1] : 0;
+  if (!class_plain(cls)) return;
+  unsigned below = cls && !class_plain(cls - 1) ? cls - 2 : cls - 1;
+  size_t size = hak_class_size[cls], prev = cls ? hak_class_size[below] : 0;
   if (size > DIRECT_MAX)
     for (size_t i = (prev >> 8) + 1; i <= size >> 8; i++) hak_tls_view.mid[i] = s;
   else

@@ -33,10 +33,11 @@ const uint8_t hak_tiny_class[TINY_MAX / 8 + 1] = {
 
 /* size_class() for sizes up to SMALL_MAX, indexed by (size + 127) / 128: the
  * least class that is a multiple of 128 and holds the size (size_class
- * then tries the class below it). */
+ * then tries the class below it), the class above the next power of two's
+ * +16 for the sizes of 2048 and 4096 (size_class.h). */
 const uint8_t hak_mid_class[SMALL_MAX / 128 + 1] = {
-  0, 8, 12, 14, 16, 17, 18, 19, 20, 22, 23, 24, 25, 26, 27, 28, 29, 31, 31, 32, 32, 33, 33, 34,
-  34, 35, 35, 36, 36, 37, 37, 38, 38, 40, 40, 40, 40, 41, 41, 41, 41, 42, 42, 42, 42, 43, 43, 43,
+  0, 8, 12, 14, 16, 17, 18, 19, 20, 22, 23, 24, 25, 26, 27, 28, 31, 31, 31, 32, 32, 33, 33, 34,
+  34, 35, 35, 36, 36, 37, 37, 40, 40, 40, 40, 40, 40, 41, 41, 41, 41, 42, 42, 42, 42, 43, 43, 43,
   43, 44, 44, 44, 44, 45, 45, 45, 45, 46, 46, 46, 46, 47, 47, 47, 47, 48, 48, 48, 48, 48, 48, 48,
   48, 48, 48, 48, 48, 48, 48, 48, 48, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49, 49,
   49, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 51, 51, 51, 51, 51, 51, 51,
