@@ -3,14 +3,16 @@
  * page and its header: 1032, 4104, 4368 B), four again up to 32 KiB
  * (internal waste at most 25 %, 12.5 % from 1 to 8 KiB). A power of two
  * from 1 to 4 KiB has a class 16 bytes above it too, for the payload of a
- * power of two behind a header of a word or two (1040, 2064, 4112 B); the
- * sizes of 2048 and 4096 go there too, their power-of-two classes taking only
- * aligned requests: blocks a page or half a page apart all start at one or
- * two offsets in a page, where one pop's store and the next pop's load alias
- * on 4 KiB and their first lines share an L1 set. Every
- * class from 16 bytes on is a multiple of 16, so every block of 16 bytes or
- * more is 16-byte aligned. Classes up to 1 KiB are the Tiny pool, the rest
- * the Mid pool. Layer 2. */
+ * power of two behind a header of a word or two (1040, 2064, 4112 B), and
+ * 16 KiB one 256 bytes above. The sizes of 2048, 4096 and 16384 go there
+ * too, their power-of-two classes taking only aligned requests, and the
+ * other classes above 8 KiB are odd multiples of 256 (9984, 12032, ...):
+ * blocks start at multiples of their size, and blocks a page or half a
+ * page apart would all start at one or two offsets in a page, where one
+ * pop's store and the next pop's load alias on 4 KiB and the blocks' first
+ * lines share an L1 set. Every class from 16 bytes on is a multiple of 16,
+ * so every block of 16 bytes or more is 16-byte aligned. Classes up to 1
+ * KiB are the Tiny pool, the rest the Mid pool. Layer 2. */
 #ifndef HAKMEM_SIZE_CLASS_H
 #define HAKMEM_SIZE_CLASS_H
 
@@ -29,7 +31,7 @@ hak_inline unsigned size_class(size_t size) {
   return c - (size <= hak_class_size[c - 1]);
 }
 
-/* Whether cls is the class of its own size (not 2048 or 4096). */
+/* Whether cls is the class of its own size (not 2048, 4096 or 16384). */
 hak_inline bool class_plain(unsigned cls) { return size_class(hak_class_size[cls]) == cls; }
 
 #endif
