@@ -528,7 +528,10 @@ static void test_xthread(void)
          "(working set %zu KiB): OK\n", seconds, peak >> 10, working_set >> 10);
 }
 
-enum { SLAB_BLOCKS = 64, SLAB_BSIZE = 8192 };
+/* A slab of 8 KiB requests spans SLAB_SPAN (8 units of 64 KiB) and holds 61
+ * or 62 blocks of their class (8448 B, off the page grid: size_class.h), the
+ * first at a multiple of the size. */
+enum { SLAB_BLOCKS = 61, SLAB_BSIZE = 8192, SLAB_SPAN = 512 * 1024 };
 
 /* Allocates a slab's worth of 8 KiB blocks, fills each with its own byte and
  * checks them all once every block is written (an overlap would show). */
@@ -547,8 +550,8 @@ static void slab_fill(char **p, int round)
     if ((uintptr_t)p[i] < lo) lo = (uintptr_t)p[i];
     if ((uintptr_t)p[i] > hi) hi = (uintptr_t)p[i];
   }
-  CHECKF(hi - lo < (size_t)SLAB_BLOCKS * SLAB_BSIZE, "round %d: the %d blocks span %zu KiB, more than one slab", round,
-         SLAB_BLOCKS, (size_t)(hi - lo) >> 10);
+  CHECKF(hi - lo < SLAB_SPAN, "round %d: the %d blocks span %zu KiB, more than one slab", round, SLAB_BLOCKS,
+         (size_t)(hi - lo) >> 10);
 }
 
 enum { OTHER_BSIZE = 20000 };
