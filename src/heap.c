@@ -73,7 +73,7 @@ static void view_set(unsigned cls, slab_t *s) {
   size_t size = hak_class_size[cls], prev = cls ? hak_class_size[below] : 0;
   for (size_t i = cls ? (prev + 8) >> 3 : 0; i <= (MIN(size, DIRECT_MAX) + 7) >> 3 && prev < DIRECT_MAX; i++)
     hak_tls_view.direct[i] = s;
-  for (size_t i = (MAX(prev, DIRECT_MAX) >> 8) + 1; i <= MIN(size, SMALL_MAX) >> 8; i++) hak_tls_view.mid[i] = s;
+  for (size_t i = (MAX(prev, DIRECT_MAX) >> 8) + 1; i <= size >> 8; i++) hak_tls_view.mid[i] = s;
 }
 
 /* The calling thread's view starts or stops showing heap h's active[]. A

@@ -4,10 +4,9 @@
  * (internal waste at most 25 %, 12.5 % from 1 to 8 KiB). A power of two
  * from 1 to 4 KiB has a class 16 bytes above it too, for the payload of a
  * power of two behind a header of a word or two (1040, 2064, 4112 B), and
- * 8, 16 and 32 KiB one 256 bytes above (the last, 33024 B, holds sizes up to
- * SMALL_MAX). The sizes of 2048, 4096, 8192, 16384 and 32768 go there too,
- * their power-of-two classes taking only aligned requests; the other
- * classes above 8 KiB are odd multiples of 256 (9984, 12032, ...):
+ * 8 and 16 KiB one 256 bytes above. The sizes of 2048, 4096, 8192 and 16384
+ * go there too, their power-of-two classes taking only aligned requests; the
+ * other classes above 8 KiB are odd multiples of 256 (9984, 12032, ...):
  * blocks start at multiples of their size, and blocks a page or half a
  * page apart would all start at one or two offsets in a page, where one
  * pop's store and the next pop's load alias on 4 KiB and the blocks' first
@@ -32,9 +31,7 @@ hak_inline unsigned size_class(size_t size) {
   return c - (size <= hak_class_size[c - 1]);
 }
 
-/* Whether cls is the class of its own size (not a power of two from 2 KiB). */
-hak_inline bool class_plain(unsigned cls) {
-  return hak_class_size[cls] > SMALL_MAX || size_class(hak_class_size[cls]) == cls;
-}
+/* Whether cls is the class of its own size (not 2048, 4096, 8192 or 16384). */
+hak_inline bool class_plain(unsigned cls) { return size_class(hak_class_size[cls]) == cls; }
 
 #endif

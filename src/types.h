@@ -19,7 +19,7 @@
 #define TINY_MAX 1024
 #define DIRECT_MAX 8192 /* malloc's fast path finds sizes up to this in one table, with one compare */
 #define LARGE_MAX (REGION_SIZE / 2) /* page runs; above this, Huge */
-#define NUM_CLASSES 59
+#define NUM_CLASSES 58
 #define MIN_ALIGN 16 /* what malloc guarantees for blocks of 16 bytes and more */
 
 typedef struct block_s {
