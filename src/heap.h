@@ -33,16 +33,17 @@ typedef struct {
 } slab_queue_t;
 
 /* The Large blocks of the classes up to 256 KiB that the owner freed last,
- * a stack per class that only the owner touches, without the lock: still
- * allocated runs to every other thread (large.c). */
+ * a list per class through the blocks themselves that only the owner
+ * touches, without the lock: still allocated runs to every other thread
+ * (large.c). A list's depth follows its demand, as the tcache's does. */
 #define LARGE_HOT_CLASSES 24
-#define LARGE_HOT_DEPTH 8
+#define LARGE_HOT_DEPTH 256
 #define LARGE_HOT_DEPTH_MIN 2
 typedef struct {
-  void *blk[LARGE_HOT_CLASSES][LARGE_HOT_DEPTH]; /* oldest first */
-  uint8_t n[LARGE_HOT_CLASSES];
-  run_demand_t demand[LARGE_HOT_CLASSES]; /* each stack's depth, from LARGE_HOT_DEPTH_MIN */
-  size_t bytes; /* in all stacks (written by the owner; others read it with __atomic_load_n) */
+  void *head[LARGE_HOT_CLASSES]; /* freed last first */
+  uint16_t n[LARGE_HOT_CLASSES];
+  run_demand_t demand[LARGE_HOT_CLASSES]; /* each list's depth, from LARGE_HOT_DEPTH_MIN */
+  size_t bytes; /* in all lists (written by the owner; others read it with __atomic_load_n) */
   uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;
 

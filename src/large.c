@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "harden.h"
 #include "policy.h"
 #include "stats.h"
 
@@ -13,7 +14,7 @@
 #define CACHE_MIN_BYTES ((size_t)16 << 20) /* or half the heap's live Large bytes, if more */
 
 /* The cache's classes: eight per doubling from SMALL_MAX to CLASS_MAX (the
- * hot stacks' classes), then one per page count up to SMALL_MAX (the
+ * hot lists' classes), then one per page count up to SMALL_MAX (the
  * profiler's sampled small blocks). */
 #define LARGE_CLASSES LARGE_HOT_CLASSES
 _Static_assert(RUN_CACHE_CLASSES == LARGE_CLASSES + 8, "Large classes, then runs of 1 to 8 pages");
@@ -60,7 +61,7 @@ static size_t block_bytes_of(size_t size, size_t align) {
 #define TABLE_PAGES (CLASS_MAX / 4096)
 static uint8_t fit_pages[TABLE_PAGES + 1]; /* pages of the block for n pages asked */
 static int8_t class_of_pages[TABLE_PAGES + 1];
-static uint8_t hot_of_pages[TABLE_PAGES + 1]; /* hot stack of a block of n pages; LARGE_HOT_CLASSES: none */
+static uint8_t hot_of_pages[TABLE_PAGES + 1]; /* hot list of a block of n pages; LARGE_HOT_CLASSES: none */
 static uint8_t hot_for_pages[TABLE_PAGES + 1]; /* the same for a malloc of n pages */
 static size_t hot_bytes[LARGE_HOT_CLASSES];
 
@@ -98,7 +99,7 @@ static void live_add(heap_t *heap, size_t removed, size_t added) {
 }
 
 size_t large_live_bytes(void) {
-  size_t sum = 0; /* blocks on the owners' stacks are freed, though allocated runs */
+  size_t sum = 0; /* blocks on the owners' lists are freed, though allocated runs */
   for (heap_t *h = heap_all(); h; h = h->next_all)
     sum += __atomic_load_n(&h->large_live, __ATOMIC_RELAXED) - __atomic_load_n(&h->lhot.bytes, __ATOMIC_RELAXED);
   return sum;
@@ -165,7 +166,7 @@ static run_t block_run(const void *p, heap_t **heapp) {
 /* The cache holds at most half of what the heap holds in blocks of the
  * sizes it caches, and at least CACHE_MIN_BYTES: blocks above CLASS_MAX
  * (never cached) would let it keep freed runs beside their fresh pages;
- * the blocks on the owner's stacks count against it. */
+ * the blocks on the owner's lists count against it. */
 static size_t cache_pages(const heap_t *heap) {
   size_t bound = MAX(CACHE_MIN_BYTES, heap->large_classed / 2), hot = __atomic_load_n(&heap->lhot.bytes, __ATOMIC_RELAXED);
   return (bound > hot ? bound - hot : 0) >> os_page_log2();
@@ -184,34 +185,63 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
   if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
 }
 
-/* ---- the owner's hot stacks (large_hot_t) -----------------------------------
- * The owner frees a block of a class up to CLASS_MAX onto its class's stack
+/* ---- the owner's hot lists (large_hot_t) ------------------------------------
+ * The owner frees a block of a class up to CLASS_MAX onto its class's list
  * and allocates from it, without the lock and without reading the run map
  * past the block's own length word: the run stays allocated, so no other
- * thread looks at it. A full stack sends its older half to the cache; the
- * tick sends every stack there once per purge delay, from where the blocks
- * go back as the cache's do. Off in the secure build, whose frees are all
- * checked under the lock. */
+ * thread looks at it. A list holds what its class's demand asks for
+ * (run_demand_t), so that a batch of blocks freed together comes back
+ * without the lock; the tick sends every list to the cache once per purge
+ * delay, from where the blocks go back as the cache's do. Off in the
+ * secure build, whose frees are all checked under the lock. */
 #define HOT_MAX_BYTES ((size_t)16 << 20)
 _Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(CLASS_MAX / SMALL_MAX) * 8, "the classes up to CLASS_MAX");
+_Static_assert(LARGE_HOT_DEPTH <= UINT16_MAX && LARGE_HOT_DEPTH - LARGE_HOT_DEPTH_MIN <= UINT8_MAX, "counts fit");
 
-/* Sends blocks [0, n) of hot class c back under the lock (held), as freed
- * at now. */
-static void hot_send(heap_t *heap, unsigned c, uint32_t n, uint64_t now, long delay) {
+/* A block on a hot list: the next one (NULL ends the list) and a tag of
+ * both addresses. A pop follows a link only under its tag, so that a write
+ * to a freed block is caught before its link is followed; a free that
+ * finds its block tagged looks for it on the list (a double free). */
+typedef struct hot_block_s {
+  struct hot_block_s *next;
+  uintptr_t tag;
+} hot_block_t;
+#define HOT_TAG_MIX ((uintptr_t)0x6c61726765686f74ull)
+hak_inline uintptr_t hot_tag(const hot_block_t *b, const hot_block_t *next) {
+  return (uintptr_t)b ^ (uintptr_t)next ^ HOT_TAG_MIX;
+}
+hak_inline bool hot_intact(const hot_block_t *b) { return b->tag == hot_tag(b, b->next); }
+
+/* A list found written to at b: one line (abort unless HAKMEM_ON_ERROR=
+ * report), and the list is dropped, its blocks lost rather than handed out
+ * twice. */
+static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const hot_block_t *b) {
+  harden_list_broken(b);
+  __atomic_store_n(&h->bytes, h->bytes - h->n[c] * hot_bytes[c], __ATOMIC_RELAXED);
+  h->head[c] = NULL;
+  h->n[c] = 0;
+}
+
+/* Sends class c's list back under the lock (held), as freed at now. */
+static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
   large_hot_t *h = &heap->lhot;
-  for (uint32_t i = 0; i < n; i++) {
-    char *p = h->blk[c][i];
-    run_chunk_t *ch = &region_of(p)->pages;
-    run_t r = run_at(ch, (uint32_t)((uintptr_t)(p - ch->base) >> os_page_log2()));
-    /* off the stack's count before the live count: large_live_bytes never sees both */
+  while (h->head[c]) {
+    hot_block_t *b = h->head[c];
+    if (!hot_intact(b)) {
+      hot_broken(h, c, b);
+      return;
+    }
+    h->head[c] = b->next;
+    h->n[c]--;
+    run_chunk_t *ch = &region_of(b)->pages;
+    run_t r = run_at(ch, (uint32_t)((uintptr_t)((char *)b - ch->base) >> os_page_log2()));
+    /* off the lists' count before the live count: large_live_bytes never sees both */
     __atomic_store_n(&h->bytes, h->bytes - run_bytes(r), __ATOMIC_RELAXED);
     free_locked(heap, r, now, delay);
   }
-  __builtin_memmove(h->blk[c], h->blk[c] + n, (h->n[c] - n) * sizeof(void *));
-  h->n[c] = (uint8_t)(h->n[c] - n);
 }
 
-/* When the blocks on the stacks were freed, at the earliest: at the last
+/* When the blocks on the lists were freed, at the earliest: at the last
  * drain, or the last tick that found them empty. They age in the cache
  * from then, so that no block stays resident more than about a purge delay
  * after its free (a cached one stays that). */
@@ -220,15 +250,14 @@ static uint64_t hot_freed_ms(const heap_t *heap, uint64_t now) {
   return t && t < now ? t : now;
 }
 
-/* Every stack back to the cache. */
+/* Every list back to the cache. */
 static void hot_drain(heap_t *heap, uint64_t now) {
   uint64_t freed = hot_freed_ms(heap, now);
   heap->lhot.drained_ms = now;
   if (heap->lhot.bytes == 0) return;
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   heap_lock(heap);
-  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++)
-    if (heap->lhot.n[c]) hot_send(heap, c, heap->lhot.n[c], freed, delay);
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) hot_send(heap, c, freed, delay);
   heap_unlock(heap);
 }
 
@@ -237,22 +266,34 @@ void *large_alloc_hot(heap_t *heap, size_t size) {
   unsigned c = hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   large_hot_t *h = &heap->lhot;
   if (c >= LARGE_HOT_CLASSES) return NULL;
-  if (h->n[c] == 0) {
+  hot_block_t *b = h->head[c];
+  if (b == NULL) {
     run_demand_missed(&h->demand[c], LARGE_HOT_DEPTH_MIN, LARGE_HOT_DEPTH);
     return NULL;
   }
-  uint8_t k = --h->n[c];
-  void *p = h->blk[c][k];
+  if (unlikely(!hot_intact(b))) {
+    hot_broken(h, c, b);
+    return NULL;
+  }
+  h->head[c] = b->next;
+  h->n[c]--;
+  b->tag = 0;
   size_t bytes = hot_bytes[c];
   __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
   stat_alloc(STAT_ROW_LARGE, bytes);
-  return p;
+  return b;
 }
 
-/* The owner's free of p (on a unit no slab holds) onto its stack: 1 when
+/* Whether b is on class c's list: a tagged block's free. */
+static hak_noinline bool hot_listed(const large_hot_t *h, unsigned c, const hot_block_t *b) {
+  for (const hot_block_t *x = h->head[c]; x && hot_intact(x); x = x->next)
+    if (x == b) return true;
+  return false;
+}
+
+/* The owner's free of p (on a unit no slab holds) onto its list: 1 when
  * kept, 0 when the locked path is to free it (not one of heap's blocks of a
- * hot class, stacks full), -1 when p sits on the stack already (a double
- * free). */
+ * hot class, list full), -1 when p is on the list already (a double free). */
 hak_inline int hot_push(heap_t *heap, void *p) {
   region_t *reg = region_of(p);
   const run_chunk_t *ch = &reg->pages;
@@ -266,23 +307,18 @@ hak_inline int hot_push(heap_t *heap, void *p) {
   unsigned c = pages <= (CLASS_MAX >> shift) ? hot_of_pages[pages] : LARGE_HOT_CLASSES;
   large_hot_t *h = &heap->lhot;
   size_t bytes = (size_t)pages << shift;
-  if (c >= LARGE_HOT_CLASSES || h->bytes + bytes > HOT_MAX_BYTES) return 0;
-  uint32_t n = h->n[c];
-  for (uint32_t i = 0; i < n; i++)
-    if (h->blk[c][i] == p) return -1;
-  if (n >= run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN) && n < LARGE_HOT_DEPTH) { /* past its demand: to the locked path */
+  if (c >= LARGE_HOT_CLASSES) return 0;
+  hot_block_t *b = p;
+  if (hot_intact(b) && hot_listed(h, c, b)) return -1;
+  if (h->bytes + bytes > HOT_MAX_BYTES) return 0;
+  if (h->n[c] >= run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN)) { /* past its demand: to the locked path */
     run_demand_turned_away(&h->demand[c], LARGE_HOT_DEPTH_MIN);
     return 0;
   }
-  if (n == LARGE_HOT_DEPTH) {
-    long delay = policy_knob(KNOB_PURGE_DELAY_MS);
-    heap_lock(heap);
-    hot_send(heap, c, LARGE_HOT_DEPTH / 2, hot_freed_ms(heap, os_now_ms()), delay);
-    heap_unlock(heap);
-    n = h->n[c];
-  }
-  h->blk[c][n] = p;
-  h->n[c] = (uint8_t)(n + 1);
+  b->next = h->head[c];
+  b->tag = hot_tag(b, b->next);
+  h->head[c] = b;
+  h->n[c]++;
   __atomic_store_n(&h->bytes, h->bytes + bytes, __ATOMIC_RELAXED);
   stat_free(STAT_ROW_LARGE, bytes, true);
   return 1;

@@ -5,7 +5,7 @@
  * heap (run.h) in a few instructions whatever the heap's size; freed runs
  * merge with their free neighbours and stay resident until purged with the
  * delay. The owner frees and reuses its blocks up to 256 KiB without the
- * lock (a stack per class); every other operation takes the owning heap's
+ * lock (a list per class); every other operation takes the owning heap's
  * lock, so that any thread frees a block at once, its owner asleep or
  * gone. Layer 4. */
 #ifndef HAKMEM_LARGE_H
@@ -56,7 +56,7 @@ bool large_resize(void *p, size_t size);
 /* Bytes of Large blocks live now, all heaps (each counts its own, so that
  * no Large operation writes a line that other threads write). */
 size_t large_live_bytes(void);
-/* Bytes of freed Large blocks the heaps keep for reuse (their stacks and
+/* Bytes of freed Large blocks the heaps keep for reuse (their lists and
  * caches), all heaps; read without their locks. */
 size_t large_cached_bytes(void);
 

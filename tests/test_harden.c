@@ -2,7 +2,8 @@
  * double free of every size class, later, from two threads at once, twice
  * by another thread (at once, or after other frees), or after its slab was
  * emptied and reused; a free list link overwritten after free (also on
- * the list of a thread that freed another's blocks) or by an overflow; a
+ * the list of a thread that freed another's blocks, and on a thread's list
+ * of Large blocks) or by an overflow; a
  * free of a pointer inside a block of every size class, by its owner or
  * another thread. Each case runs the bad program in a child,
  * which must end with SIGABRT after one line on stderr and never get the
@@ -89,6 +90,18 @@ static void overwritten_link(void *arg)
   memcpy(p, &(void *){not_heap}, sizeof(void *));
   for (int i = 0; i < 4; i++)
     if ((char *)tu_launder(malloc(100)) == not_heap) _exit(3);
+}
+
+/* The same for a Large block, whose freed blocks the thread keeps on a list
+ * per class through the blocks themselves. */
+static void overwritten_large_link(void *arg)
+{
+  char *a = tu_launder(malloc(100000)), *b = tu_launder(malloc(100000));
+  free(a);
+  free(b);
+  memcpy(b, &(void *){not_heap}, sizeof(void *));
+  for (int i = 0; i < 4; i++)
+    if ((char *)tu_launder(malloc(100000)) == not_heap) _exit(3);
 }
 
 /* Another thread, which has allocated (a thread with no heap sends its
@@ -263,6 +276,7 @@ static void test_double_free_every_class(void)
 static void test_double_free_later(void) { expect_abort(double_free_later, NULL, "free(a) free(b) free(a)"); }
 static void test_double_free_threads(void) { expect_abort(double_free_threads, NULL, "two threads free one block"); }
 static void test_overwritten_link(void) { expect_abort(overwritten_link, NULL, "link overwritten after free"); }
+static void test_overwritten_large_link(void) { expect_abort(overwritten_large_link, NULL, "Large link overwritten"); }
 static void test_overwritten_foreign_link(void)
 {
   expect_abort(overwritten_foreign_link, NULL, "link overwritten after another thread's free");
@@ -343,7 +357,7 @@ static void test_report_mode(void)
   const char *mode = getenv("HAKMEM_ON_ERROR");
   CHECKF(mode && strcmp(mode, "report") == 0, "run with HAKMEM_ON_ERROR=report (CTest's harden_report)");
   void (*progs[])(void *) = {double_free_now, double_free_later, double_free_threads, overwritten_link,
-                             overwritten_foreign_link};
+                             overwritten_foreign_link, overwritten_large_link};
   size_t size = 64;
   for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
     char out[4096], why[64];
@@ -384,6 +398,7 @@ static const tu_case_t cases[] = {
   {"double_free_after_reuse", test_double_free_after_reuse, 0},
   {"overwritten_link", test_overwritten_link, 0},
   {"overwritten_foreign_link", test_overwritten_foreign_link, 0},
+  {"overwritten_large_link", test_overwritten_large_link, 0},
   {"overflow_into_free", test_overflow_into_free, 0},
   {"interior_free_every_class", test_interior_free_every_class, 0},
   {"double_free_remote", test_double_free_remote, 0},
