@@ -803,11 +803,11 @@ void *heap_alloc_small_slow(heap_t *heap, unsigned cls) {
 
 /* Purges the free pages of the heap's sparse slabs among its queued ones.
  * Owner only: the free lists are its own. */
-static size_t heap_purge_sparse(heap_t *heap) {
+static size_t heap_purge_sparse(heap_t *heap, bool at_once) {
   size_t purged = 0;
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
     for (slab_t *s = heap->queue[cls].head; s; s = s->next)
-      if (!s->idle) purged += slab_purge_sparse(s);
+      if (!s->idle) purged += slab_purge_sparse(s, at_once);
   return purged;
 }
 
@@ -831,7 +831,7 @@ void heap_tick(heap_t *heap, uint64_t now) {
       heap_drop_cur(heap, cls);
   }
   heap_foreign_tick(heap);
-  heap_purge_sparse(heap);
+  heap_purge_sparse(heap, false);
 }
 
 /* ---- purging, by any thread --------------------------------------------------------- */
@@ -938,7 +938,7 @@ size_t heap_trim(heap_t *heap) {
   heap_foreign_flush(heap);
   heap_publish_gathered(heap, true, 0);
   heap_release_empty(heap, true);
-  size_t n = heap_purge_sparse(heap);
+  size_t n = heap_purge_sparse(heap, true);
   return n + heap_purge(heap, os_now_ms(), 0, true, NULL);
 }
 

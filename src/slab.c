@@ -85,14 +85,25 @@ static bool pages_hit(const uint64_t *mask, size_t first, size_t last) {
  * back. Owner only; not in the secure build, whose free blocks carry the
  * tag that catches a double free. */
 #define SPARSE_SEEN 0x80000000u
-size_t slab_purge_sparse(slab_t *s) {
+#define SPARSE_DONE 0x40000000u
+size_t slab_purge_sparse(slab_t *s, bool at_once) {
   size_t page = os_page_size(), bsize = s->bsize;
   char *start = slab_start(s);
   size_t pad = (size_t)(slab_first(s) - start), carved = (size_t)(s->bump - start - pad) / bsize;
   size_t npages = (pad + carved * bsize + page - 1) / page;
   if (HAKMEM_SECURE || !slab_has_free(s) || (size_t)s->used * 4 > carved || npages > SLAB_MAX_PAGES) return 0;
-  if (s->sparse_seen == (s->used | SPARSE_SEEN)) return 0; /* likely nothing new since */
-  s->sparse_seen = s->used | SPARSE_SEEN;
+  /* A slab found sparse waits for the next look (a purge delay later) with
+   * the same count in use: one its thread allocates from again, or whose
+   * thread's successor adopts it, keeps its pages rather than faulting
+   * them in again. After a purge, nothing until the count changes. */
+  uint32_t seen = s->used | SPARSE_SEEN;
+  if ((s->sparse_seen & ~SPARSE_DONE) != seen) {
+    s->sparse_seen = seen;
+    if (!at_once) return 0;
+  } else if (s->sparse_seen & SPARSE_DONE) {
+    return 0;
+  }
+  s->sparse_seen = seen | SPARSE_DONE;
   uint16_t nfree[SLAB_MAX_PAGES] = {0};
   for (block_t *b = slab_list(s); b; b = block_next(s, b)) {
     size_t off = (size_t)((char *)b - start);

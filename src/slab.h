@@ -79,8 +79,10 @@ size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages, size_t ahead);
  * been returned). */
 void slab_reset(slab_t *s);
 /* Returns the pages of a sparse slab that hold no live block; the blocks
- * on them leave the free list until slab_unpurge. Returns the bytes purged. */
-size_t slab_purge_sparse(slab_t *s);
+ * on them leave the free list until slab_unpurge. Only once the slab was
+ * found sparse at the last call too, with as many blocks in use, unless
+ * at_once (a trim). Returns the bytes purged. */
+size_t slab_purge_sparse(slab_t *s, bool at_once);
 void slab_unpurge(slab_t *s);
 hak_inline bool slab_has_sparse(const slab_t *s) { return (s->sparse[0] | s->sparse[1]) != 0; }
 

@@ -62,7 +62,8 @@
  *            lie scattered over the pages): the pages with no live block go
  *            back, at least half of the freed bytes, at malloc_trim(0) and,
  *            in a second round, without it once the thread takes slow paths
- *            a purge delay later (HAKMEM_PURGE_DELAY_MS=20, set by CTest).
+ *            over two ticks (HAKMEM_PURGE_DELAY_MS=20, set by CTest): a slab
+ *            found sparse at one goes back at the next.
  *            The survivors keep their bytes; as many blocks as were freed are
  *            then allocated again, and every block is written and read back
  *            (two handed out twice would overwrite each other).
@@ -718,11 +719,14 @@ static void test_sparse(void)
         A(malloc_trim)(0);
       } else {
         usleep(100000);
-        for (int j = 0; j < 256; j++) { /* slow paths: Large blocks */
-          void *x = A(malloc)(100000);
-          CHECK(x != NULL);
-          A(free)(x);
-        }
+        /* slow paths (Large blocks) for 150 ms, three ticks at least: a
+         * slab found sparse at one tick goes back at the next */
+        for (double t0 = tu_now(); tu_now() - t0 < 0.15; usleep(2000))
+          for (int j = 0; j < 32; j++) {
+            void *x = A(malloc)(100000);
+            CHECK(x != NULL);
+            A(free)(x);
+          }
       }
       size_t after = tu_rss(), fell = full > after ? full - after : 0; /* resident may also have grown */
       CHECKF(fell >= freed / 2, "%s, %zu B blocks, %zu MiB freed, one in %zu kept: resident fell by %zu KiB",
