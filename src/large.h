@@ -29,6 +29,9 @@ void *large_alloc_hot(heap_t *heap, size_t size);
  * region, whose unit holds no slab), kept for its mallocs; false when the
  * locked path is to free it (large_free). */
 bool large_free_hot(heap_t *heap, void *p);
+/* Whether the calling thread keeps a freed block of the class of Large
+ * blocks of bytes (on its list or in its cache). */
+bool large_class_kept(size_t bytes);
 /* The owner's periodic work (its slow paths' tick): once per purge delay,
  * the blocks it keeps without the lock go to the cache, which ages them. */
 void large_tick(heap_t *heap, uint64_t now);
