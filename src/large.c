@@ -68,6 +68,7 @@ static size_t hot_bytes[LARGE_HOT_CLASSES];
 void large_init(void) {
   heap_abandon_hook = large_hot_release;
   unsigned shift = os_page_log2();
+  hot_of_pages[0] = LARGE_HOT_CLASSES; /* a page that starts no live run: inside a block, or freed */
   for (size_t n = 1; n <= (CLASS_MAX >> shift); n++) {
     fit_pages[n] = (uint8_t)(block_bytes_of(n << shift, 0) >> shift);
     class_of_pages[n] = (int8_t)cache_class_of(n << shift);

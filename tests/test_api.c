@@ -755,6 +755,38 @@ static void test_large_double_free(void)
   }
 }
 
+/* A page-aligned pointer inside a Large block, freed by its owner five
+ * times: one line on stderr, the free ignored, the block's bytes kept, and
+ * no later block handed out over it. */
+static void child_large_inside(void *arg)
+{
+  (void)arg;
+  size_t size = 100 * 1024;
+  unsigned char *b = tu_launder(A(malloc)(size));
+  CHECK(b != NULL);
+  tu_fill(b, 0, size, 7);
+  for (int i = 0; i < 5; i++) A(free)(tu_launder(b + 2 * pagesz));
+  for (int i = 0; i < 16; i++) {
+    size_t xs = 33000 + (size_t)i * 4096;
+    unsigned char *x = tu_launder(A(malloc)(xs));
+    CHECK(x != NULL);
+    CHECKF(x + xs <= b || x >= b + size, "a block handed out over the live one (%p in %p)", (void *)x, (void *)b);
+    A(free)(x);
+  }
+  CHECK_PAT(b, size, 7);
+  A(free)(b);
+}
+
+static void test_large_inside(void)
+{
+  static char out[65536];
+  char why[64];
+  int st = tu_child_output(child_large_inside, NULL, 60, out, sizeof out);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with %s; stderr: %.300s", tu_status_str(st, why, sizeof why), out);
+  int n = count_lines_with(out, "hakmem");
+  CHECKF(n == 1, "expected exactly one line with \"hakmem\" on stderr, got %d: %.300s", n, out);
+}
+
 /* Size classes, through the usable size: it grows with the size and wastes
  * at most a quarter of it (an eighth from 1 to 8 KiB); a power of two from
  * 1 to 4 KiB behind a header of one or two words (sqlite's 1032 and 4104 B)
@@ -798,6 +830,7 @@ static const tu_case_t cases[] = {
   {"owns", test_owns, 0},
   {"foreign", test_foreign, 0},
   {"large_double_free", test_large_double_free, 0},
+  {"large_inside", test_large_inside, 0},
 };
 
 int main(int argc, char **argv)
