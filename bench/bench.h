@@ -310,6 +310,46 @@ static inline cpu_set_t bench_cpu_nth(const cpu_set_t *cpus, int k)
     }
     return one;
 }
+
+/* Pins the calling thread to the kth processor of cpus (bench_cpu_nth). */
+static inline void bench_pin_self(const cpu_set_t *cpus, int k)
+{
+    cpu_set_t one = bench_cpu_nth(cpus, k);
+    if (CPU_COUNT(&one)) pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+}
+#endif
+
+/* Checks and frees p, a block whose first 8 bytes hold the tag it was filled
+ * with (block_fill) and whose size follows from that tag; returns whether
+ * it held its pattern.  NULL passes. */
+static inline int block_drop_tagged(void *p, size_t (*size_of)(uint64_t))
+{
+    if (!p) return 1;
+    uint64_t tag;
+    memcpy(&tag, p, 8);
+    int ok = block_check(p, size_of(tag), tag);
+    free(p);
+    return ok;
+}
+
+#ifndef __cplusplus
+#include <stdatomic.h>
+/* Runs fn on `threads` workers (run_workers) around a shared array of n
+ * slots, zeroed, at *slots while they run; then checks and frees the blocks
+ * left in it (block_drop_tagged).  Whether no worker failed and every block
+ * held its pattern. */
+static inline int run_over_slots(int threads, void *(*fn)(void *), _Atomic(void *) **slots, uint64_t n,
+                                 size_t (*size_of)(uint64_t), uint64_t *ops, double *elapsed)
+{
+    *ops = 0;
+    *elapsed = 0;
+    if (!(*slots = (_Atomic(void *) *)calloc(n, sizeof **slots))) return 0;
+    int ok = run_workers(threads, fn, ops, elapsed);
+    for (uint64_t i = 0; i < n; i++) ok &= block_drop_tagged(atomic_load(&(*slots)[i]), size_of);
+    free(*slots);
+    *slots = NULL;
+    return ok;
+}
 #endif
 
 /* Prints "check=ok|FAIL" at the end of the result line; returns the exit code. */

@@ -176,6 +176,7 @@ if [ $MODE = full ]; then
     "handoff|2 pairs, 64 B, 2 x 1000 batches of 4096|pairs=2 batches=1000 per=4096 depth=100 min=64 max=64 seed=1"
     "shared_slots|1 thr, 16-256 B, 65536 slots|threads=1 ops=4000000 slots=65536 min=16 max=256 seed=1"
     "shared_slots|2 thr, 16-256 B, 65536 slots|threads=2 ops=2000000 slots=65536 min=16 max=256 seed=1"
+    "exchange|2 thr, 16 B-16 KiB, 1 in 8 traded|threads=2 ops=3000000 window=4000 slots=8192 hand=8 seed=1"
     "false_sharing|scratch, 2 thr, 8 B|mode=scratch threads=2 iters=4000 writes=10000 size=8"
     "false_sharing|thrash, 2 thr, 8 B|mode=thrash threads=2 iters=4000 writes=10000 size=8"
     "bignum|1 thr, 2-64 limbs, 256 live|threads=1 live=256 ops=2000000 seed=1"
@@ -210,6 +211,7 @@ elif [ $MODE = scale ]; then # the threaded cases at more threads (cross_thread:
   for t in 4 8 16; do CASES+=("mid_large_mt|$t thr, 8-32 KiB, 256 slots, 300k cycles|threads=$t cycles=300000 slots=256 seed=1"); done
   for t in 4 8 16; do CASES+=("cross_thread|$((t / 2)) pairs, 16-1024 B|pairs=$((t / 2)) blocks=5000000 min=16 max=1024 ring=1024 seed=1"); done
   for t in 4 8 16; do CASES+=("shared_slots|$t thr, 16-256 B, 65536 slots|threads=$t ops=$((4000000 / t)) slots=65536 min=16 max=256 seed=1"); done
+  for t in 4 8 16; do CASES+=("exchange|$t thr, 16 B-16 KiB, 1 in 8 traded|threads=$t ops=$((6000000 / t)) window=4000 slots=8192 hand=8 seed=1"); done
   for t in 4 8 16; do CASES+=("bignum|$t thr, 2-64 limbs, 256 live|threads=$t live=256 ops=2000000 seed=1"); done
   for t in 4 8 16; do CASES+=("swap_rounds|50 rounds x $t thr|rounds=50 threads=$t allocs=25000 retains=500 slots=1000 seed=1"); done
   for t in 4 8 16; do CASES+=("thread_churn|100 rounds x $t thr|rounds=100 threads=$t blocks=2000 handed=200 min=16 max=1024 seed=1"); done

@@ -36,24 +36,12 @@ static size_t size_of(uint64_t tag)
     return (size_t)(g_min + (h >> 32) % (g_max - g_min + 1));
 }
 
-/* Checks and frees a block taken out of a slot; returns whether it held its pattern. */
-static int drop(void *p)
-{
-    if (!p) return 1;
-    uint64_t tag;
-    memcpy(&tag, p, 8);
-    int ok = block_check(p, size_of(tag), tag);
-    free(p);
-    return ok;
-}
+static int drop(void *p) { return block_drop_tagged(p, size_of); }
 
 static void *worker(void *arg)
 {
     worker_t *w = arg;
-    if (g_pin) {
-        cpu_set_t one = bench_cpu_nth(&g_cpus, w->id);
-        if (CPU_COUNT(&one)) pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-    }
+    if (g_pin) bench_pin_self(&g_cpus, w->id);
     uint64_t rng = rng_seed(g_seed, (uint64_t)w->id);
     double t0 = now_sec();
     for (uint64_t i = 0; i < g_ops; i++) {
@@ -81,13 +69,9 @@ int main(int argc, char **argv)
     if (sched_getaffinity(0, sizeof g_cpus, &g_cpus) != 0) g_pin = 0;
     arg_need(threads >= 1 && threads <= 1024 && g_slots >= 1 && g_min >= 8 && g_min <= g_max,
              "threads 1-1024, slots >= 1, 8 <= min <= max");
-    g_slot = calloc(g_slots, sizeof *g_slot);
-    if (!g_slot) return 1;
     uint64_t ops;
     double elapsed;
-    int ok = run_workers((int)threads, worker, &ops, &elapsed);
-    for (uint64_t i = 0; i < g_slots; i++) ok &= drop(atomic_load(&g_slot[i]));
-    free(g_slot);
+    int ok = run_over_slots((int)threads, worker, &g_slot, g_slots, size_of, &ops, &elapsed);
     printf("bench=shared-slots threads=%llu ops=%llu slots=%llu min=%llu max=%llu pin=%llu seconds=%.3f "
            "ops_per_sec=%.0f peak_rss_kib=%ld",
            (unsigned long long)threads, (unsigned long long)ops, (unsigned long long)g_slots,
