@@ -90,7 +90,10 @@ hak_inline bool slab_has_sparse(const slab_t *s) { return (s->sparse[0] | s->spa
  * word of one slab's remote bits. A consumer frees a producer's blocks in
  * about the order they were handed out, so runs of them share a word and
  * cost one atomic update of the count and one of the bits a run. Only the
- * gathering thread touches it; its blocks still count as used. */
+ * gathering thread touches it; its blocks still count as used, so a batch
+ * holds at most GATHER_BYTES: a word of big blocks would keep its owner
+ * from them while it takes new slabs. */
+#define GATHER_BYTES 65536
 typedef struct {
   slab_t *slab; /* NULL: none gathered */
   uint64_t bits;
@@ -107,16 +110,16 @@ hak_inline uint32_t slab_block_index(const slab_t *s, const block_t *b) {
 /* Block i of s: the inverse of slab_block_index. */
 hak_inline block_t *slab_block_by_index(const slab_t *s, size_t i) { return (block_t *)(slab_first(s) + i * s->bsize); }
 
-/* Adds b, a block of s, to q: slab_batch_add only where q gathers b's word
- * and b is not in it yet (false, nothing done, otherwise), slab_batch_start
- * in any case but one: false when q holds blocks of another word, to be
- * published first. A second free of a block already gathered is reported
- * and ignored. */
+/* Adds b, a block of s, to q: slab_batch_add only where q gathers b's word,
+ * b is not in it yet and q has room (false, nothing done, otherwise),
+ * slab_batch_start in any case but one: false when q holds blocks of another
+ * word, or is full, to be published first. A second free of a block already
+ * gathered is reported and ignored. */
 hak_inline bool slab_batch_add(slab_batch_t *q, slab_t *s, block_t *b) {
   if (q->slab != s) return false;
   uint32_t i = slab_block_index(s, b);
   uint64_t bit = UINT64_C(1) << (i % 64);
-  if (q->word != i / 64 || (q->bits & bit)) return false;
+  if (q->word != i / 64 || (q->bits & bit) || (uint32_t)q->n * s->bsize >= GATHER_BYTES) return false;
   q->bits |= bit;
   q->n++;
   return true;

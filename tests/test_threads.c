@@ -27,6 +27,10 @@
  *     other sizes only for four purge delays: its list goes home at its
  *     tick, and the owner's mallocs find every one of them (run only with
  *     HAKMEM_PURGE_DELAY_MS set: a learned strategy's delay may be 10 s).
+ * (k) gather_bound: a thread frees 64 of another's 4000-byte blocks and
+ *     then waits, making no call: its gathered batch holds at most 64 KiB of
+ *     them, so the owner's next mallocs of the size find the rest (unbounded,
+ *     48 stayed with the waiter).
  * (h) exit_chain: four chains of detached threads, each started by the one
  *     before (200 in all), allocate, free and exit. Their stacks (64 MiB)
  *     overflow glibc's cache of exited threads' stacks, so an exit frees
@@ -553,6 +557,23 @@ static void test_foreign(void)
   printf("  foreign: %d of %d blocks another thread freed came back to it\n", (int)(intptr_t)reused, FOREIGN_N);
 }
 
+/* The owner's side of (g) and (k): `take` mallocs of size into taken[]
+ * (freed later with takes_free), and how many of them are owned[0..n). */
+static int takes_back(void **taken, int take, size_t size, const blk_t *owned, int n)
+{
+  int back = 0;
+  for (int i = 0; i < take; i++) {
+    taken[i] = A(malloc)(size);
+    CHECK(taken[i] != NULL);
+    for (int j = 0; j < n; j++) back += taken[i] == owned[j].p;
+  }
+  return back;
+}
+static void takes_free(void **taken, int take)
+{
+  for (int i = 0; i < take; i++) A(free)(taken[i]);
+}
+
 /* ---------------- (g) an idle foreign list ---------------- */
 
 static blk_t idle_owned[FOREIGN_N];
@@ -593,18 +614,45 @@ static void test_foreign_idle(void)
   while (!atomic_load(&idle_ticked)) usleep(1000);
   enum { TAKE = 8192 };
   static void *taken[TAKE];
-  int back = 0;
-  for (int i = 0; i < TAKE; i++) {
-    taken[i] = A(malloc)(FOREIGN_SIZE);
-    CHECK(taken[i] != NULL);
-    for (int j = 0; j < FOREIGN_N; j++) back += taken[i] == idle_owned[j].p;
-  }
+  int back = takes_back(taken, TAKE, FOREIGN_SIZE, idle_owned, FOREIGN_N);
   atomic_store(&idle_done, 1);
   CHECK(pthread_join(t, NULL) == 0);
-  for (int i = 0; i < TAKE; i++) A(free)(taken[i]);
+  takes_free(taken, TAKE);
   CHECKF(back == FOREIGN_N, "%d of %d blocks on an idle thread's foreign list came back to their owner", back,
          FOREIGN_N);
   printf("  foreign_idle: %d of %d blocks came home from an idle thread's list\n", back, FOREIGN_N);
+}
+
+/* ---------------- (k) a bounded gathered batch ---------------- */
+
+enum { GATHER_N = 64, GATHER_SIZE = 4000, GATHER_TAKE = 4096 };
+static blk_t gather_owned[GATHER_N];
+static atomic_int gather_freed, gather_done;
+
+static void *gather_taker(void *arg)
+{
+  (void)arg;
+  for (int i = 0; i < GATHER_N; i++) A(free)(gather_owned[i].p);
+  atomic_store(&gather_freed, 1);
+  while (!atomic_load(&gather_done)) usleep(1000); /* no call: no tick publishes the batch */
+  return NULL;
+}
+
+static void test_gather_bound(void)
+{
+  for (int i = 0; i < GATHER_N; i++) blk_alloc(&gather_owned[i], GATHER_SIZE, 9700000 + (uint64_t)i);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, gather_taker, NULL) == 0);
+  while (!atomic_load(&gather_freed)) usleep(1000);
+  static void *taken[GATHER_TAKE];
+  int back = takes_back(taken, GATHER_TAKE, GATHER_SIZE, gather_owned, GATHER_N);
+  atomic_store(&gather_done, 1);
+  CHECK(pthread_join(t, NULL) == 0);
+  takes_free(taken, GATHER_TAKE);
+  /* a batch holds 64 KiB at most (slab.h), one block more where it ends */
+  CHECKF(back >= GATHER_N - 65536 / GATHER_SIZE - 1, "%d of %d blocks a waiting thread freed came back to their owner",
+         back, GATHER_N);
+  printf("  gather_bound: %d of %d blocks a waiting thread freed came back\n", back, GATHER_N);
 }
 
 static const tu_case_t cases[] = {
@@ -618,6 +666,7 @@ static const tu_case_t cases[] = {
   {"fork", test_fork, 0},
   {"foreign", test_foreign, 0},
   {"foreign_idle", test_foreign_idle, 0},
+  {"gather_bound", test_gather_bound, 0},
   {"exit_chain", test_exit_chain, 0},
   {"exit_heapless", test_exit_heapless, 0},
   {"exit_malloc", test_exit_malloc, 0},
