@@ -27,10 +27,6 @@
  *     other sizes only for four purge delays: its list goes home at its
  *     tick, and the owner's mallocs find every one of them (run only with
  *     HAKMEM_PURGE_DELAY_MS set: a learned strategy's delay may be 10 s).
- * (k) gather_bound: a thread frees 64 of another's 4000-byte blocks and
- *     then waits, making no call: its gathered batch holds at most 64 KiB of
- *     them (and its foreign list 32 KiB), so the owner's next mallocs of the
- *     size find the rest (unbounded, 48 stayed with the waiter).
  * (h) exit_chain: four chains of detached threads, each started by the one
  *     before (200 in all), allocate, free and exit. Their stacks (64 MiB)
  *     overflow glibc's cache of exited threads' stacks, so an exit frees
@@ -44,6 +40,10 @@
  * (j) exit_malloc: 64 threads, one at a time, allocate and free a Small and
  *     a Large block in a key destructor that runs after hakmem's: each such
  *     malloc takes a heap for that call only (at most 2 made).
+ * (k) gather_bound: a thread frees 64 of another's 4000-byte blocks and
+ *     then waits, making no call: its gathered batch holds at most 64 KiB of
+ *     them (and its foreign list 32 KiB), so the owner's next mallocs of the
+ *     size find the rest (unbounded, 48 stayed with the waiter).
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
