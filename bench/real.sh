@@ -64,7 +64,9 @@ fi
 # The distribution's interpreter, not a version manager's wrapper script.
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+# -I would ignore PYTHONMALLOC (it implies -E): -s and no PYTHONPATH instead
 export PYTHONMALLOC=malloc
+unset PYTHONPATH PYTHONHOME
 
 # size <prog>: the one parameter that scales each program
 size() {
@@ -203,7 +205,7 @@ command_of() {
     sqlite) echo "sqlite3 :memory:" ;;
     lua) echo "lua5.4 tables.lua $n" ;;
     perl) echo "perl hashes.pl $n" ;;
-    python) echo "$PY -I dicts.py $n" ;;
+    python) echo "$PY -s dicts.py $n" ;;
   esac
 }
 
