@@ -407,6 +407,15 @@ size_t huge_usable_size(const void *p, uint8_t kind) {
     own_t *h = own_lookup(p, kind);
     return h ? h->usable : 0;
   }
+  /* A caller that holds the block reads what only its own calls write, so
+   * without the lock (a realloc by small steps asks at every call); any
+   * other pointer takes the locked lookup, which says whether it is one. */
+  arena_t *a = kind >= MAP_ARENA && kind < MAP_ARENA + MAP_ARENAS ? __atomic_load_n(&arenas[kind - MAP_ARENA], __ATOMIC_RELAXED) : NULL;
+  if (a && (const char *)p >= a->base && !((uintptr_t)p & (ARENA_UNIT - 1))) {
+    uint32_t page = (uint32_t)(((const char *)p - a->base) >> UNIT_BITS);
+    size_t n = run_live_pages(&a->chunk, page) ? __atomic_load_n(&a->usable[page], __ATOMIC_RELAXED) : 0;
+    if (n) return n;
+  }
   hak_lock(&huge_lock);
   run_t r = arena_block(p, kind);
   size_t n = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
