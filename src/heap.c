@@ -886,7 +886,7 @@ static heap_t *heap_new(void) {
   meta_next += need;
   __builtin_memcpy(h, &hak_heap_empty, offsetof(heap_t, lhot)); /* the caches: zero, as mapped */
   slab_set_list(&h->empty, NULL);
-  run_heap_init(&h->pages, (unsigned)__builtin_ctzl(os_page_size()), true);
+  run_heap_init(&h->pages, (unsigned)__builtin_ctzl(os_page_size()));
   h->next_all = all_heaps;
   atomic_store_explicit(&all_heaps, h, memory_order_release);
   hak_unlock(&heaps_lock);
@@ -965,6 +965,17 @@ bool heap_meta_overlaps(uintptr_t lo, uintptr_t hi) {
 }
 
 heap_t *heap_all(void) { return atomic_load_explicit(&all_heaps, memory_order_acquire); }
+
+size_t heap_dirty_bytes(uint64_t *grew_ms) {
+  size_t n = 0;
+  uint64_t grew = 0;
+  for (heap_t *h = heap_all(); h; h = h->next_all) {
+    n += run_heap_dirty_bytes(&h->pages);
+    grew = MAX(grew, run_heap_grew_ms(&h->pages));
+  }
+  if (grew_ms) *grew_ms = grew;
+  return n;
+}
 
 unsigned heap_threads_running(void) { return atomic_load_explicit(&heaps_running, memory_order_relaxed); }
 

@@ -268,6 +268,9 @@ size_t heap_trim(heap_t *heap);
  * overlaps them (statistics). */
 size_t heap_meta_resident(void);
 bool heap_meta_overlaps(uintptr_t lo, uintptr_t hi);
+/* The dirty free bytes of every heap's pages (slab units, Large pages), and
+ * in *grew_ms (when not NULL) when they last grew. */
+size_t heap_dirty_bytes(uint64_t *grew_ms);
 /* Adds the resident bytes of heap h's regions to *u. */
 void heap_usage(heap_t *h, region_usage_t *u);
 /* The first of every heap made (then h->next_all). */

@@ -105,7 +105,7 @@ static bool arena_new(size_t n) {
     if (arenas[i] == NULL) k = i;
   if (k >= 0) {
     if (runs.page_shift == 0) {
-      run_heap_init(&runs, UNIT_BITS, false);
+      run_heap_init(&runs, UNIT_BITS);
       runs.grid_probe = true;
     }
     run_chunk_add(&runs, &a->chunk, base, (uint32_t)units, (uint32_t)(mapped >> UNIT_BITS), a->meta, 0);

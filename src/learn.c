@@ -32,6 +32,7 @@
  * in the purger, never on a fast path. */
 #include "learn.h"
 
+#include "heap.h"
 #include "huge.h"
 #include "options.h"
 #include "policy.h"
@@ -300,8 +301,8 @@ static void sample_held(uint64_t now) {
   for (int t = 0; t < STRATEGIES; t++) age[t] = (uint64_t)policy_knob_of(t, KNOB_BIGCACHE_AGE_MS);
   huge_cached_by_age(now, STRATEGIES, age, young);
   size_t cached = huge_cached_bytes();
-  size_t dirty = atomic_load_explicit(&run_dirty_bytes, memory_order_relaxed);
-  uint64_t grew = atomic_load_explicit(&run_dirty_grew_ms, memory_order_relaxed);
+  uint64_t grew;
+  size_t dirty = heap_dirty_bytes(&grew);
   L.held_mib = (double)(dirty + cached) / (1 << 20);
   L.cache_mib = (double)cached / (1 << 20);
   for (int t = 0; t < STRATEGIES; t++) {

@@ -67,7 +67,7 @@ static void print_memory(out_t *o) {
   print_bytes(o, "in large blocks", large_live_bytes());
   print_bytes(o, "in huge blocks", LOAD(huge_live_bytes));
   print_bytes(o, "large blocks freed and kept for reuse", large_cached_bytes());
-  print_bytes(o, "free and not yet purged (slab units, large pages)", LOAD(run_dirty_bytes));
+  print_bytes(o, "free and not yet purged (slab units, large pages)", heap_dirty_bytes(NULL));
   print_bytes(o, "huge blocks' pages cached for reuse (BigCache)", huge_cached_bytes());
   print_bytes(o, "purged so far", (uint64_t)LOAD(hak_stats.bytes_purged));
   print_bytes(o, "address space of regions", regions * REGION_SIZE);
@@ -278,7 +278,7 @@ static void json_write(out_t *o) {
   json_uint(o, &f, "slab_spans", LOAD(region_span_bytes));
   json_uint(o, &f, "large_live", large_live_bytes());
   json_uint(o, &f, "huge_live", LOAD(huge_live_bytes));
-  json_uint(o, &f, "dirty", LOAD(run_dirty_bytes));
+  json_uint(o, &f, "dirty", heap_dirty_bytes(NULL));
   json_uint(o, &f, "bigcache", huge_cached_bytes());
   json_uint(o, &f, "purged", (uint64_t)LOAD(hak_stats.bytes_purged));
   json_uint(o, &f, "regions_address_space", LOAD(region_count) * REGION_SIZE);

@@ -25,8 +25,6 @@ static void node_give(run_chunk_t *c, run_node_t *x) {
   c->node_free = (uint32_t)(x - c->node) + 1;
 }
 
-_Atomic size_t run_dirty_bytes;
-_Atomic uint64_t run_dirty_grew_ms;
 
 /* ---- bins ---------------------------------------------------------------- */
 
@@ -136,11 +134,8 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
     /* a run dirty since before the newest goes first: it is the sooner due */
     if (at_tail) after = h->dirty_tail && t < h->dirty_tail->dirty_ms ? NULL : h->dirty_tail;
     dirty_insert(h, after, x);
-    h->dirty_pages += dhi - dlo;
-    if (h->counted) {
-      atomic_fetch_add_explicit(&run_dirty_bytes, (size_t)(dhi - dlo) << h->page_shift, memory_order_relaxed);
-      if (at_tail) atomic_store_explicit(&run_dirty_grew_ms, t, memory_order_relaxed);
-    }
+    __atomic_store_n(&h->dirty_pages, h->dirty_pages + (dhi - dlo), __ATOMIC_RELAXED);
+    if (at_tail) __atomic_store_n(&h->grew_ms, t, __ATOMIC_RELAXED);
   }
 }
 
@@ -156,8 +151,7 @@ static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
   if (x->dirty_ms) {
     before = x->dprev;
     dirty_remove(h, x);
-    h->dirty_pages -= x->dhi - x->dlo;
-    if (h->counted) atomic_fetch_sub_explicit(&run_dirty_bytes, (size_t)(x->dhi - x->dlo) << h->page_shift, memory_order_relaxed);
+    __atomic_store_n(&h->dirty_pages, h->dirty_pages - (x->dhi - x->dlo), __ATOMIC_RELAXED);
   }
   node_give(c, x);
   return before;
@@ -172,8 +166,8 @@ static void free_piece(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint3
 
 /* ---- chunks -------------------------------------------------------------------- */
 
-void run_heap_init(run_heap_t *h, unsigned page_shift, bool counted) {
-  *h = (run_heap_t){.page_shift = page_shift, .counted = counted};
+void run_heap_init(run_heap_t *h, unsigned page_shift) {
+  *h = (run_heap_t){.page_shift = page_shift};
 }
 
 static void chunk_extend(run_chunk_t *c, uint32_t limit, uint64_t dirty_ms) {

@@ -67,11 +67,11 @@ struct run_heap_s {
   run_node_t *bin[RUN_BINS], *bin_tail[RUN_BINS]; /* dirty runs first, then clean ones */
   uint64_t nonempty[RUN_BINS / 64];
   run_node_t *dirty_head, *dirty_tail;
-  size_t dirty_pages; /* pages of dirty free runs */
+  size_t dirty_pages; /* pages of dirty free runs (run_heap_dirty_bytes) */
   size_t free_pages;  /* pages of free runs */
   run_chunk_t *chunks;
   unsigned page_shift;
-  bool counted; /* its dirty pages count in run_dirty_bytes */
+  uint64_t grew_ms;   /* when a run last joined the dirty list's tail (run_heap_grew_ms) */
   /* run_alloc moves a block onto its grid past dirty pages only where none
    * of those is resident (mincore): the pages it skips can then hold no
    * block of this heap's sizes, and resident ones would stay so unused.
@@ -83,10 +83,14 @@ struct run_heap_s {
   uint8_t probe_agreed, probe_reuse; /* probes in a row that agreed; placements left on the verdict */
 };
 
-/* Dirty free bytes of the counted run heaps (slab units, Large pages), and
- * when they last grew: what the learner prices as memory held. */
-extern _Atomic size_t run_dirty_bytes;
-extern _Atomic uint64_t run_dirty_grew_ms;
+/* h's dirty free bytes and when they last grew, read without its lock (by
+ * the learner and the statistics, for every thread's heap): each heap keeps
+ * its own, as a total that every thread's Large frees updated made them
+ * take its cache line in turn. */
+hak_inline size_t run_heap_dirty_bytes(const run_heap_t *h) {
+  return __atomic_load_n(&h->dirty_pages, __ATOMIC_RELAXED) << h->page_shift;
+}
+hak_inline uint64_t run_heap_grew_ms(const run_heap_t *h) { return __atomic_load_n(&h->grew_ms, __ATOMIC_RELAXED); }
 
 /* An allocated run. */
 typedef struct {
@@ -109,7 +113,7 @@ hak_inline bool run_bit(const run_chunk_t *c, uint32_t i, unsigned which) { retu
    ((size_t)(pages) + 63) / 64 * 2 * sizeof(uint64_t))
 hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_BYTES(pages); }
 
-void run_heap_init(run_heap_t *h, unsigned page_shift, bool counted);
+void run_heap_init(run_heap_t *h, unsigned page_shift);
 /* Adds chunk c, its metadata in mem (run_chunk_meta_bytes(pages) bytes, 8-byte
  * aligned), its pages at base. Pages [0, limit) start as one free run, dirty
  * since dirty_ms (0: clean, never touched or purged). */
