@@ -668,11 +668,15 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
     c->used = c->capacity - count;
     return;
   }
+  bool refilled = heap->tc_refilled & bit;
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
-  /* a half larger than a cache would cost a miss a block in each of its walks */
+  /* A half larger than a cache would cost a miss a block in each of its
+   * walks; a cache full again with no refill since (a run of frees) sends
+   * each block on while it is still warm, where the half it sent would have
+   * been walked once more, out of cache. */
   uint32_t keep = (c->capacity - c->used) / 2;
-  if ((size_t)keep * c->bsize <= TC_BYTES) tc_send_older(heap, c, keep);
+  if (refilled && (size_t)keep * c->bsize <= TC_BYTES) tc_send_older(heap, c, keep);
   else tc_send_second(heap, c);
 }
 
