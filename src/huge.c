@@ -165,11 +165,21 @@ static size_t arenas_unmap_empty(void) {
   return n;
 }
 
+/* The arena that p, whose map entry is kind, may start a block of, and the
+ * block's first unit in *unit; NULL when p cannot start one. */
+static arena_t *arena_for(const void *p, uint8_t kind, uint32_t *unit) {
+  bool in = kind >= MAP_ARENA && kind < MAP_ARENA + MAP_ARENAS;
+  arena_t *a = in ? __atomic_load_n(&arenas[kind - MAP_ARENA], __ATOMIC_RELAXED) : NULL;
+  if (a == NULL || (const char *)p < a->base || ((uintptr_t)p & (ARENA_UNIT - 1))) return NULL;
+  *unit = (uint32_t)(((const char *)p - a->base) >> UNIT_BITS);
+  return a;
+}
+
 /* The run of arena block p, the lock held; {NULL} when p does not start one. */
 static run_t arena_block(const void *p, uint8_t kind) {
-  arena_t *a = kind >= MAP_ARENA && kind < MAP_ARENA + MAP_ARENAS ? arenas[kind - MAP_ARENA] : NULL;
-  if (a == NULL || (const char *)p < a->base || ((uintptr_t)p & (ARENA_UNIT - 1))) return (run_t){0};
-  return run_at(&a->chunk, (uint32_t)(((const char *)p - a->base) >> UNIT_BITS));
+  uint32_t unit;
+  arena_t *a = arena_for(p, kind, &unit);
+  return a ? run_at(&a->chunk, unit) : (run_t){0};
 }
 
 static arena_t *arena_of_run(run_t r) { return (arena_t *)((char *)r.chunk - offsetof(arena_t, chunk)); }
@@ -410,15 +420,13 @@ size_t huge_usable_size(const void *p, uint8_t kind) {
   /* A caller that holds the block reads what only its own calls write, so
    * without the lock (a realloc by small steps asks at every call); any
    * other pointer takes the locked lookup, which says whether it is one. */
-  arena_t *a = kind >= MAP_ARENA && kind < MAP_ARENA + MAP_ARENAS ? __atomic_load_n(&arenas[kind - MAP_ARENA], __ATOMIC_RELAXED) : NULL;
-  if (a && (const char *)p >= a->base && !((uintptr_t)p & (ARENA_UNIT - 1))) {
-    uint32_t page = (uint32_t)(((const char *)p - a->base) >> UNIT_BITS);
-    size_t n = run_live_pages(&a->chunk, page) ? __atomic_load_n(&a->usable[page], __ATOMIC_RELAXED) : 0;
-    if (n) return n;
-  }
+  uint32_t unit;
+  arena_t *a = arena_for(p, kind, &unit);
+  size_t n = a && run_live_pages(&a->chunk, unit) ? __atomic_load_n(&a->usable[unit], __ATOMIC_RELAXED) : 0;
+  if (n) return n;
   hak_lock(&huge_lock);
   run_t r = arena_block(p, kind);
-  size_t n = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
+  n = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
   hak_unlock(&huge_lock);
   return n;
 }

@@ -25,7 +25,6 @@ static void node_give(run_chunk_t *c, run_node_t *x) {
   c->node_free = (uint32_t)(x - c->node) + 1;
 }
 
-
 /* ---- bins ---------------------------------------------------------------- */
 
 /* The bin of a free run of n pages: exact up to 64, then eight per doubling

@@ -84,9 +84,9 @@ struct run_heap_s {
 };
 
 /* h's dirty free bytes and when they last grew, read without its lock (by
- * the learner and the statistics, for every thread's heap): each heap keeps
- * its own, as a total that every thread's Large frees updated made them
- * take its cache line in turn. */
+ * the learner and the statistics, for every thread's heap). Each heap keeps
+ * its own: one total that every thread's Large frees updated made the
+ * threads take its cache line in turn. */
 hak_inline size_t run_heap_dirty_bytes(const run_heap_t *h) {
   return __atomic_load_n(&h->dirty_pages, __ATOMIC_RELAXED) << h->page_shift;
 }
