@@ -629,17 +629,6 @@ static void tc_send(heap_t *heap, slab_t *c, block_t *b) {
   }
 }
 
-/* Full c sends its older half home, keep blocks staying: the next malloc
- * still takes the block freed last. */
-static void tc_send_older(heap_t *heap, slab_t *c, uint32_t keep) {
-  block_t *last = c->free;
-  for (uint32_t i = 1; i < keep; i++) last = block_link_of(c, last);
-  block_t *old = block_link_of(c, last);
-  block_link(c, last, slab_end(c));
-  c->used = c->capacity - keep;
-  tc_send(heap, c, old);
-}
-
 /* Full c sends the block freed before last home, while it is still in the
  * cache, and stays full: the next malloc still takes the block freed last. */
 static void tc_send_second(heap_t *heap, slab_t *c) {
@@ -668,16 +657,11 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
     c->used = c->capacity - count;
     return;
   }
-  bool refilled = heap->tc_refilled & bit;
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
-  /* A half larger than a cache would cost a miss a block in each of its
-   * walks; a cache full again with no refill since (a run of frees) sends
-   * each block on while it is still warm, where the half it sent would have
-   * been walked once more, out of cache. */
-  uint32_t keep = (c->capacity - c->used) / 2;
-  if (refilled && (size_t)keep * c->bsize <= TC_BYTES) tc_send_older(heap, c, keep);
-  else tc_send_second(heap, c);
+  /* one block goes on while it is still warm: sending the older half, as
+   * this did, walked every block of it once more, out of cache */
+  tc_send_second(heap, c);
 }
 
 /* The tcache of cls empty, at its first capacity and refill size. */

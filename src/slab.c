@@ -263,7 +263,7 @@ static bool remote_full(uint32_t capacity, uintptr_t owner, uint64_t word) {
 
 bool slab_batch_start(slab_batch_t *q, slab_t *s, block_t *b) {
   uint32_t i = slab_block_index(s, b);
-  if (q->slab != s || q->word != i / 64 || (uint32_t)q->n * s->bsize >= GATHER_BYTES) {
+  if (q->slab != s || q->word != i / 64 || slab_batch_full(q, s)) {
     if (q->slab) return false;
     *q = (slab_batch_t){.slab = s, .word = i / 64};
   }

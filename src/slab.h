@@ -107,6 +107,11 @@ typedef struct {
 hak_inline uint32_t slab_block_index(const slab_t *s, const block_t *b) {
   return (uint32_t)(((unsigned __int128)(uint64_t)((const char *)b - slab_first(s)) * s->divc) >> 64);
 }
+/* Whether q holds GATHER_BYTES of s's blocks: it publishes before it takes more. */
+hak_inline bool slab_batch_full(const slab_batch_t *q, const slab_t *s) {
+  return (uint32_t)q->n * s->bsize >= GATHER_BYTES;
+}
+
 /* Block i of s: the inverse of slab_block_index. */
 hak_inline block_t *slab_block_by_index(const slab_t *s, size_t i) { return (block_t *)(slab_first(s) + i * s->bsize); }
 
@@ -119,7 +124,7 @@ hak_inline bool slab_batch_add(slab_batch_t *q, slab_t *s, block_t *b) {
   if (q->slab != s) return false;
   uint32_t i = slab_block_index(s, b);
   uint64_t bit = UINT64_C(1) << (i % 64);
-  if (q->word != i / 64 || (q->bits & bit) || (uint32_t)q->n * s->bsize >= GATHER_BYTES) return false;
+  if (q->word != i / 64 || (q->bits & bit) || slab_batch_full(q, s)) return false;
   q->bits |= bit;
   q->n++;
   return true;
