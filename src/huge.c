@@ -28,8 +28,9 @@
  * and, at each block's first unit, its usable size and how many of its units
  * may be resident: its usable ones, and any dirty ones it was given to grow
  * into (its free must not pass those as clean). */
-typedef struct {
+typedef struct arena_s {
   run_chunk_t chunk;
+  struct arena_s *next; /* the shard's arenas, under its lock */
   char *base;
   size_t size;   /* its address space, whose map entries name it */
   size_t mapped; /* the bytes mapped from base: its chunk's units */
@@ -55,20 +56,53 @@ typedef struct own_s {
   struct own_s *next, *prev; /* every own mapping, under huge_lock (statistics) */
 } own_t;
 
-static own_t *owns;
+/* The arenas are split in shards, each with its own lock, run heap and
+ * BigCache, so that threads placing huge blocks at once do not queue on
+ * one lock. A thread places its blocks in its own shard (chosen in turn at
+ * its first); a block goes back to the shard of its arena, whichever
+ * thread frees it. Arena slot k belongs to shard k % HUGE_SHARDS, so a
+ * pointer's map entry names its shard before anything is read through it. */
 
-hak_lock_t huge_lock; /* the arenas and their run heap */
-static run_heap_t runs;
+typedef struct {
+  _Alignas(64) hak_lock_t lock; /* its arenas, its run heap and what follows */
+  run_heap_t runs;
+  arena_t *arenas;  /* its arenas, linked */
+  arena_t *growing; /* the arena arena_grow maps more of */
+  _Atomic size_t next_arena; /* the next arena's size: written under the lock, read before it */
+  _Atomic uint64_t hit_ms;   /* when a block was last placed on its cached pages */
+} shard_t;
+
+static shard_t shards[HUGE_SHARDS];
+static hak_lock_t huge_lock; /* the arena slots and the own mappings' list */
+static own_t *owns;
 static arena_t *arenas[MAP_ARENAS];
-static _Atomic size_t next_arena = ARENA_FIRST; /* written under huge_lock, read before it */
+static _Atomic unsigned shard_turn;
+static __thread uint8_t my_shard __attribute__((tls_model("initial-exec"))); /* 1 + its index; 0: none yet */
 _Atomic size_t huge_live_bytes;
 _Atomic uint64_t huge_reused_bytes;
 
-static size_t cache_cap_pages(void) { return ((size_t)policy_knob(KNOB_BIGCACHE_MB) << 20) >> UNIT_BITS; }
+static shard_t *shard_mine(void) {
+  if (unlikely(my_shard == 0))
+    my_shard = (uint8_t)(1 + atomic_fetch_add_explicit(&shard_turn, 1, memory_order_relaxed) % HUGE_SHARDS);
+  return &shards[my_shard - 1];
+}
+
+void huge_init(void) {
+  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
+    run_heap_init(&sh->runs, UNIT_BITS);
+    sh->runs.grid_probe = true;
+  }
+}
+
+/* The BigCache's bound in units, less what the other shards cache. */
+static size_t cache_cap_pages(const shard_t *sh) {
+  size_t cap = ((size_t)policy_knob(KNOB_BIGCACHE_MB) << 20) >> UNIT_BITS, others = 0;
+  for (int i = 0; i < HUGE_SHARDS; i++)
+    if (&shards[i] != sh) others += run_heap_dirty_bytes(&shards[i].runs) >> UNIT_BITS;
+  return cap > others ? cap - others : 0;
+}
 
 /* ---- arenas ------------------------------------------------------------------ */
-
-static arena_t *growing; /* the arena arena_grow maps more of; under huge_lock */
 
 /* Maps an arena for at least n units. In the window an arena is a slot of
  * ARENA_MAX bytes of address space that maps the next size in the doubling
@@ -78,8 +112,9 @@ static arena_t *growing; /* the arena arena_grow maps more of; under huge_lock *
  * mapping of that size, or a smaller one (whole regions) where the OS
  * refuses that much. Called without the lock; returns whether one was
  * added. */
-static bool arena_new(size_t n) {
-  size_t need = align_up(n * ARENA_UNIT, REGION_SIZE), size = MAX(atomic_load_explicit(&next_arena, memory_order_relaxed), need), mapped;
+static bool arena_new(shard_t *sh, size_t n) {
+  size_t first = atomic_load_explicit(&sh->next_arena, memory_order_relaxed);
+  size_t need = align_up(n * ARENA_UNIT, REGION_SIZE), size = MAX(first ? first : ARENA_FIRST, need), mapped;
   char *base = region_space_window(ARENA_MAX, size, &mapped, MAP_NONE);
   if (base) {
     size = ARENA_MAX;
@@ -99,22 +134,25 @@ static bool arena_new(size_t n) {
   a->mapped = mapped;
   a->usable = (size_t *)(a->meta + run_chunk_meta_bytes((uint32_t)units));
   a->touched = (uint32_t *)(a->usable + units);
-  hak_lock(&huge_lock);
   int k = -1;
-  for (int i = 0; i < MAP_ARENAS && k < 0; i++)
+  hak_lock(&sh->lock);
+  hak_lock(&huge_lock);
+  for (int i = (int)(sh - shards); i < MAP_ARENAS && k < 0; i += HUGE_SHARDS)
     if (arenas[i] == NULL) k = i;
   if (k >= 0) {
-    if (runs.page_shift == 0) {
-      run_heap_init(&runs, UNIT_BITS);
-      runs.grid_probe = true;
-    }
-    run_chunk_add(&runs, &a->chunk, base, (uint32_t)units, (uint32_t)(mapped >> UNIT_BITS), a->meta, 0);
     arenas[k] = a;
     map_set(base, size, (uint8_t)(MAP_ARENA + k));
-    if (mapped < size) growing = a;
-    if (mapped >= next_arena) atomic_store_explicit(&next_arena, MIN(mapped * 2, ARENA_MAX), memory_order_relaxed);
   }
   hak_unlock(&huge_lock);
+  if (k >= 0) {
+    run_chunk_add(&sh->runs, &a->chunk, base, (uint32_t)units, (uint32_t)(mapped >> UNIT_BITS), a->meta, 0);
+    a->next = sh->arenas;
+    sh->arenas = a;
+    if (mapped < size) sh->growing = a;
+    size_t next = MAX(first, ARENA_FIRST);
+    if (mapped >= next) atomic_store_explicit(&sh->next_arena, MIN(mapped * 2, ARENA_MAX), memory_order_relaxed);
+  }
+  hak_unlock(&sh->lock);
   if (k < 0) {
     os_unmap(a, arena_meta_bytes(units));
     region_space_free(base, size, mapped);
@@ -122,47 +160,62 @@ static bool arena_new(size_t n) {
   return k >= 0;
 }
 
-/* Maps more of the growing arena's slot: twice what it has, and at least n
- * units more, up to its end. Under huge_lock; false when it cannot (its
- * slot is all mapped, or something else lies in it). */
-static bool arena_grow(size_t n) {
-  arena_t *a = growing;
+/* Maps more of the shard's growing arena's slot: twice what it has, and at
+ * least n units more, up to its end. Under the shard's lock; false when it
+ * cannot (its slot is all mapped, or something else lies in it). */
+static bool arena_grow(shard_t *sh, size_t n) {
+  arena_t *a = sh->growing;
   if (a == NULL) return false;
   size_t want = MIN(MAX(a->mapped * 2, a->mapped + align_up(n * ARENA_UNIT, REGION_SIZE)), a->size);
   bool taken;
   if (!region_space_grow(a->base, &a->mapped, want, &taken)) {
-    if (taken) growing = NULL; /* this arena stays as it is */
+    if (taken) sh->growing = NULL; /* this arena stays as it is */
     return false;
   }
   run_chunk_grow(&a->chunk, (uint32_t)(a->mapped >> UNIT_BITS));
-  if (a->mapped == a->size) growing = NULL;
+  if (a->mapped == a->size) sh->growing = NULL;
   return true;
 }
 
-/* Unmaps the arenas that hold no block and no cached page (under the lock;
- * the unmapping after it). Returns how many. */
-static size_t arenas_unmap_empty(void) {
-  arena_t *gone[MAP_ARENAS];
+/* Unmaps the shard's arenas that hold no block and no cached page (under
+ * the locks; the unmapping after them). Returns how many. */
+static size_t arenas_unmap_empty(shard_t *sh) {
+  arena_t *gone = NULL;
   size_t n = 0;
-  hak_lock(&huge_lock);
-  for (int k = 0; k < MAP_ARENAS; k++) {
-    arena_t *a = arenas[k];
-    if (a == NULL || a->chunk.used) continue;
+  hak_lock(&sh->lock);
+  for (arena_t **at = &sh->arenas, *a; (a = *at) != NULL;) {
+    if (a->chunk.used) {
+      at = &a->next;
+      continue;
+    }
+    *at = a->next;
     run_chunk_remove(&a->chunk);
+    hak_lock(&huge_lock);
     map_set(a->base, a->size, MAP_NONE);
-    arenas[k] = NULL;
-    if (growing == a) growing = NULL;
-    gone[n++] = a;
+    for (int k = 0; k < MAP_ARENAS; k++)
+      if (arenas[k] == a) arenas[k] = NULL;
+    hak_unlock(&huge_lock);
+    if (sh->growing == a) sh->growing = NULL;
+    a->next = gone;
+    gone = a;
+    n++;
   }
-  if (n) atomic_store_explicit(&next_arena, ARENA_FIRST, memory_order_relaxed);
-  hak_unlock(&huge_lock);
-  for (size_t i = 0; i < n; i++) {
-    arena_t *a = gone[i];
+  if (n) atomic_store_explicit(&sh->next_arena, ARENA_FIRST, memory_order_relaxed);
+  hak_unlock(&sh->lock);
+  for (arena_t *a = gone, *next; a != NULL; a = next) {
+    next = a->next;
     size_t units = a->size >> UNIT_BITS;
     region_space_free(a->base, a->size, a->mapped);
     os_unmap(a, arena_meta_bytes(units));
   }
   return n;
+}
+
+/* The shard of a pointer whose map entry is kind, or NULL where it is no
+ * arena's. */
+static shard_t *shard_of(uint8_t kind) {
+  bool in = kind >= MAP_ARENA && kind < MAP_ARENA + MAP_ARENAS;
+  return in ? &shards[(kind - MAP_ARENA) % HUGE_SHARDS] : NULL;
 }
 
 /* The arena that p, whose map entry is kind, may start a block of, and the
@@ -175,7 +228,8 @@ static arena_t *arena_for(const void *p, uint8_t kind, uint32_t *unit) {
   return a;
 }
 
-/* The run of arena block p, the lock held; {NULL} when p does not start one. */
+/* The run of arena block p, its shard's lock held; {NULL} when p does not
+ * start one. */
 static run_t arena_block(const void *p, uint8_t kind) {
   uint32_t unit;
   arena_t *a = arena_for(p, kind, &unit);
@@ -186,91 +240,117 @@ static arena_t *arena_of_run(run_t r) { return (arena_t *)((char *)r.chunk - off
 
 /* ---- the BigCache ------------------------------------------------------------- */
 
-/* Purges runs older than age, then the oldest while the cache holds more
- * than keep units or has not shed cut units yet, each outside the lock. */
-static size_t cache_purge(uint64_t now, uint64_t age, size_t keep, size_t cut) {
-  size_t n = 0;
-  hak_lock(&huge_lock);
-  if (runs.page_shift)
-    n = run_purge_due(&runs, &huge_lock, now, age, MIN(keep, runs.dirty_pages > cut ? runs.dirty_pages - cut : 0));
-  hak_unlock(&huge_lock);
+/* Purges the shard's runs older than age, then its oldest while it caches
+ * more than keep units or has not shed cut units yet, each outside the
+ * lock, which the caller holds. */
+static size_t cache_purge_locked(shard_t *sh, uint64_t now, uint64_t age, size_t keep, size_t cut) {
+  run_heap_t *h = &sh->runs;
+  size_t n = run_purge_due(h, &sh->lock, now, age, MIN(keep, h->dirty_pages > cut ? h->dirty_pages - cut : 0));
   if (n) stat_add(bytes_purged, n);
   return n;
 }
 
-/* Purges runs due by age or beyond the size bound (all with force). */
-static size_t cache_evict(uint64_t now, bool force) {
-  uint64_t age = force ? 0 : (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS);
-  return cache_purge(now, age, force ? 0 : cache_cap_pages(), 0);
+static size_t cache_purge(shard_t *sh, uint64_t now, uint64_t age, size_t keep, size_t cut) {
+  hak_lock(&sh->lock);
+  size_t n = cache_purge_locked(sh, now, age, keep, cut);
+  hak_unlock(&sh->lock);
+  return n;
 }
 
-/* When a block was last placed on cached pages. */
-static _Atomic uint64_t cache_hit_ms;
+/* Purges the shard's runs due by age or beyond the size bound (all with
+ * force), its lock held. */
+static size_t cache_evict_locked(shard_t *sh, uint64_t now, bool force) {
+  uint64_t age = force ? 0 : (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS);
+  return cache_purge_locked(sh, now, age, force ? 0 : cache_cap_pages(sh), 0);
+}
 
-/* Huge blocks took n units of fresh pages: unless a block was placed on
- * cached pages within the cache's age, the cache sheds as many, oldest
+/* Huge blocks took n units of fresh pages: unless a block was placed on the
+ * shard's cached pages within the cache's age, it sheds as many, oldest
  * first. A program whose blocks only grow (a table or a buffer doubled, the
  * old one freed) then keeps no more resident than with blocks unmapped at
  * free; one that reuses what it frees keeps its cache. */
-static void cache_yield(size_t n) {
+static void cache_yield(shard_t *sh, size_t n) {
   if (n == 0 || policy_knob(KNOB_PURGE_DELAY_MS) < 0) return;
   uint64_t now = os_now_ms();
-  if (now - atomic_load_explicit(&cache_hit_ms, memory_order_relaxed) >= (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS))
-    cache_purge(now, UINT64_MAX, SIZE_MAX, n);
+  if (now - atomic_load_explicit(&sh->hit_ms, memory_order_relaxed) >= (uint64_t)policy_knob(KNOB_BIGCACHE_AGE_MS))
+    cache_purge(sh, now, UINT64_MAX, SIZE_MAX, n);
 }
 
 size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
-  size_t n = cache_evict(now, force);
-  if (unmap) n += arenas_unmap_empty();
+  size_t n = 0;
+  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
+    hak_lock(&sh->lock);
+    n += cache_evict_locked(sh, now, force);
+    hak_unlock(&sh->lock);
+    if (unmap) n += arenas_unmap_empty(sh);
+  }
   if (pending) *pending |= huge_cached_bytes() != 0;
   return n;
 }
 
-size_t huge_cache_shrink(size_t bytes) { return cache_purge(os_now_ms(), UINT64_MAX, SIZE_MAX, bytes >> UNIT_BITS); }
+size_t huge_cache_shrink(size_t bytes) {
+  size_t n = 0;
+  uint64_t now = os_now_ms();
+  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS && n < bytes; sh++)
+    n += cache_purge(sh, now, UINT64_MAX, SIZE_MAX, (bytes - n + ARENA_UNIT - 1) >> UNIT_BITS);
+  return n;
+}
 
 size_t huge_cached_bytes(void) {
-  hak_lock(&huge_lock);
-  size_t n = runs.dirty_pages << UNIT_BITS;
-  hak_unlock(&huge_lock);
+  size_t n = 0;
+  for (int i = 0; i < HUGE_SHARDS; i++) n += run_heap_dirty_bytes(&shards[i].runs);
   return n;
 }
 
 void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]) {
-  hak_lock(&huge_lock);
-  run_dirty_by_age(&runs, now, n, age_ms, young);
-  hak_unlock(&huge_lock);
+  for (size_t k = 0; k < n; k++) young[k] = 0;
+  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
+    hak_lock(&sh->lock);
+    run_dirty_by_age(&sh->runs, now, n, age_ms, young);
+    hak_unlock(&sh->lock);
+  }
   for (size_t k = 0; k < n; k++) young[k] <<= UNIT_BITS;
 }
 
 /* ---- blocks in arenas ------------------------------------------------------------ */
 
-static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
-  size_t units = units_of(MAX(bytes, room));
-  uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
-  run_t r;
-  bool ok = false;
-  size_t fresh = 0, took = 0;
-  for (int tries = 0; tries < 2 && !ok; tries++) {
-    hak_lock(&huge_lock);
-    size_t dirty = runs.dirty_pages;
-    ok = runs.page_shift && run_alloc(&runs, (uint32_t)units, a, HUGE_GRID_UNITS, &r);
-    if (!ok && arena_grow(units + a - 1)) ok = run_alloc(&runs, (uint32_t)units, a, HUGE_GRID_UNITS, &r);
-    if (ok) {
-      arena_t *ar = arena_of_run(r);
-      ar->usable[r.page] = MIN(units << UNIT_BITS, os_page_round(bytes + bytes / 4));
-      ar->touched[r.page] = r.dirty ? r.pages : units_of(ar->usable[r.page]);
-      /* the units it may touch, less the cached ones it took */
-      took = dirty > runs.dirty_pages ? dirty - runs.dirty_pages : 0;
-      size_t usable = units_of(ar->usable[r.page]);
-      fresh = usable > took ? usable - took : 0;
-    }
-    hak_unlock(&huge_lock);
-    if (!ok && (tries > 0 || !arena_new(units + a - 1))) break;
+/* Places a run of units units aligned to align units in the shard, growing
+ * its arena where grow allows; *took: the cached units it took, *fresh: the
+ * usable units it took beyond them. */
+static bool shard_place(shard_t *sh, size_t units, uint32_t align, size_t bytes, bool grow, run_t *r, size_t *took,
+                        size_t *fresh) {
+  run_heap_t *h = &sh->runs;
+  hak_lock(&sh->lock);
+  size_t dirty = h->dirty_pages;
+  bool ok = run_alloc(h, (uint32_t)units, align, HUGE_GRID_UNITS, r);
+  if (!ok && grow && arena_grow(sh, units + align - 1)) ok = run_alloc(h, (uint32_t)units, align, HUGE_GRID_UNITS, r);
+  if (ok) {
+    arena_t *ar = arena_of_run(*r);
+    ar->usable[r->page] = MIN(units << UNIT_BITS, os_page_round(bytes + bytes / 4));
+    ar->touched[r->page] = r->dirty ? r->pages : units_of(ar->usable[r->page]);
+    *took = dirty > h->dirty_pages ? dirty - h->dirty_pages : 0;
+    size_t usable = units_of(ar->usable[r->page]);
+    *fresh = usable > *took ? usable - *took : 0;
   }
+  hak_unlock(&sh->lock);
+  return ok;
+}
+
+/* A block in the thread's shard, which grows by a new arena where it must;
+ * where the OS refuses one, in another shard's free units. */
+static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
+  size_t units = units_of(MAX(bytes, room)), took = 0, fresh = 0;
+  uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
+  shard_t *sh = shard_mine();
+  run_t r;
+  bool ok = shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
+            (arena_new(sh, units + a - 1) && shard_place(sh, units, a, bytes, true, &r, &took, &fresh));
+  for (int i = 0; i < HUGE_SHARDS && !ok; i++)
+    if (&shards[i] != sh) ok = shard_place(sh = &shards[i], units, a, bytes, false, &r, &took, &fresh);
   if (!ok) return NULL;
   /* a hit: placed on cached pages more than on fresh ones */
-  if (took > fresh) atomic_store_explicit(&cache_hit_ms, os_now_ms(), memory_order_relaxed);
-  else cache_yield(fresh);
+  if (took > fresh) atomic_store_explicit(&sh->hit_ms, os_now_ms(), memory_order_relaxed);
+  else cache_yield(sh, fresh);
   char *p = run_addr(r);
   if (r.dirty) {
     stat_inc(huge_cache_hits);
@@ -342,7 +422,7 @@ static void *own_alloc(size_t size, size_t align, size_t reserve) {
   *h = (own_t){HUGE_MAGIC, block, map, map_size, bytes, NULL, NULL};
   own_link(h);
   stat_inc(huge_mapped);
-  cache_yield(units_of(bytes));
+  cache_yield(shard_mine(), units_of(bytes));
   return block;
 }
 
@@ -399,16 +479,20 @@ bool huge_free(void *p) {
     own_free(h);
     return true;
   }
+  shard_t *sh = shard_of(kind);
+  if (sh == NULL) return false;
   uint64_t now = os_now_ms();
-  hak_lock(&huge_lock);
+  hak_lock(&sh->lock);
   run_t r = arena_block(p, kind);
   size_t usable = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
   /* what may be resident: not the clean units it holds to grow into */
-  if (r.chunk) run_free_prefix(r, MIN(r.pages, MAX(arena_of_run(r)->touched[r.page], units_of(usable))), now);
-  hak_unlock(&huge_lock);
+  if (r.chunk) {
+    run_free_prefix(r, MIN(r.pages, MAX(arena_of_run(r)->touched[r.page], units_of(usable))), now);
+    cache_evict_locked(sh, now, false);
+  }
+  hak_unlock(&sh->lock);
   if (r.chunk == NULL) return false;
   count_usable(usable, 0);
-  cache_evict(now, false);
   return true;
 }
 
@@ -423,11 +507,12 @@ size_t huge_usable_size(const void *p, uint8_t kind) {
   uint32_t unit;
   arena_t *a = arena_for(p, kind, &unit);
   size_t n = a && run_live_pages(&a->chunk, unit) ? __atomic_load_n(&a->usable[unit], __ATOMIC_RELAXED) : 0;
-  if (n) return n;
-  hak_lock(&huge_lock);
+  shard_t *sh = shard_of(kind);
+  if (n || sh == NULL) return n;
+  hak_lock(&sh->lock);
   run_t r = arena_block(p, kind);
   n = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
-  hak_unlock(&huge_lock);
+  hak_unlock(&sh->lock);
   return n;
 }
 
@@ -436,7 +521,7 @@ size_t huge_usable_size(const void *p, uint8_t kind) {
  * leaves stay mapped (a hole in the arena could be taken by another
  * thread's mmap at once) and read as untouched. NULL where the kernel
  * cannot move pages that way (nothing changed: the caller copies). */
-static void *arena_move_out(void *p, run_t r, size_t old_usable, size_t size) {
+static void *arena_move_out(shard_t *sh, void *p, run_t r, size_t old_usable, size_t size) {
   size_t bytes = os_page_round(size), page = os_page_size(), moved = MIN(old_usable, run_bytes(r));
   char *to = own_alloc(size, page, reserve_for(page + bytes));
   if (to == NULL) return NULL;
@@ -448,10 +533,10 @@ static void *arena_move_out(void *p, run_t r, size_t old_usable, size_t size) {
    * resident still */
   uint32_t whole = (uint32_t)(moved >> UNIT_BITS);
   uint64_t now = os_now_ms();
-  hak_lock(&huge_lock);
+  hak_lock(&sh->lock);
   if (whole > 0 && whole < r.pages) run_shrink(&r, whole, now);
   run_free(r, whole == 0, now);
-  hak_unlock(&huge_lock);
+  hak_unlock(&sh->lock);
   return to;
 }
 
@@ -503,14 +588,15 @@ void *huge_realloc(void *p, size_t size) {
     size_t old = h->usable;
     if ((h = own_resize(h, bytes)) == NULL) return NULL;
     count_usable(old, h->usable);
-    if (h->usable > old) cache_yield(units_of(h->usable - old));
+    if (h->usable > old) cache_yield(shard_mine(), units_of(h->usable - old));
     return h->block;
   }
-  if (kind < MAP_ARENA) return NULL;
-  hak_lock(&huge_lock);
+  shard_t *sh = shard_of(kind);
+  if (sh == NULL) return NULL;
+  hak_lock(&sh->lock);
   run_t r = arena_block(p, kind);
   if (r.chunk == NULL) {
-    hak_unlock(&huge_lock);
+    hak_unlock(&sh->lock);
     return NULL;
   }
   arena_t *a = arena_of_run(r);
@@ -528,11 +614,11 @@ void *huge_realloc(void *p, size_t size) {
     fresh = dirty ? 0 : a->touched[r.page] - t;
   }
   size_t now_usable = a->usable[r.page];
-  hak_unlock(&huge_lock);
-  cache_yield(fresh);
+  hak_unlock(&sh->lock);
+  cache_yield(sh, fresh);
   void *q = p;
   if (!ok) {
-    if ((q = arena_move_out(p, r, old, size)) == NULL) return NULL;
+    if ((q = arena_move_out(sh, p, r, old, size)) == NULL) return NULL;
     now_usable = huge_usable_size(q, map_kind(q));
   }
   count_usable(old, now_usable);
@@ -543,31 +629,44 @@ void *huge_realloc(void *p, size_t size) {
 
 void huge_resident(size_t *live, size_t *cached, size_t *meta) {
   *live = *cached = *meta = 0;
-  hak_lock(&huge_lock);
-  for (int k = 0; k < MAP_ARENAS; k++) {
-    arena_t *a = arenas[k];
-    if (a == NULL) continue;
-    *meta += os_resident(a, arena_meta_bytes(a->size >> UNIT_BITS));
-    run_chunk_t *c = &a->chunk;
-    for (uint32_t s = 0; s < c->limit; s += c->len[s] ? c->len[s] : 1) {
-      size_t n = os_resident(c->base + ((size_t)s << UNIT_BITS), (size_t)c->len[s] << UNIT_BITS);
-      if (run_at(c, s).chunk) *live += n;
-      else *cached += n;
+  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
+    hak_lock(&sh->lock);
+    for (arena_t *a = sh->arenas; a; a = a->next) {
+      *meta += os_resident(a, arena_meta_bytes(a->size >> UNIT_BITS));
+      run_chunk_t *c = &a->chunk;
+      for (uint32_t s = 0; s < c->limit; s += c->len[s] ? c->len[s] : 1) {
+        size_t n = os_resident(c->base + ((size_t)s << UNIT_BITS), (size_t)c->len[s] << UNIT_BITS);
+        if (run_at(c, s).chunk) *live += n;
+        else *cached += n;
+      }
     }
+    hak_unlock(&sh->lock);
   }
+  hak_lock(&huge_lock);
   for (own_t *h = owns; h; h = h->next) *live += os_resident(h->map, h->map_size);
   hak_unlock(&huge_lock);
 }
 
 bool huge_meta_overlaps(uintptr_t lo, uintptr_t hi) {
   bool hit = false;
-  hak_lock(&huge_lock);
-  for (int k = 0; k < MAP_ARENAS && !hit; k++) {
-    arena_t *a = arenas[k];
-    if (a == NULL) continue;
-    hit = (uintptr_t)a < hi && lo < (uintptr_t)a + arena_meta_bytes(a->size >> UNIT_BITS);
+  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS && !hit; sh++) {
+    hak_lock(&sh->lock);
+    for (arena_t *a = sh->arenas; a && !hit; a = a->next)
+      hit = (uintptr_t)a < hi && lo < (uintptr_t)a + arena_meta_bytes(a->size >> UNIT_BITS);
+    hak_unlock(&sh->lock);
   }
+  hak_lock(&huge_lock);
   for (own_t *h = owns; h && !hit; h = h->next) hit = (uintptr_t)h->map < hi && lo < (uintptr_t)h->map + h->map_size;
   hak_unlock(&huge_lock);
   return hit;
+}
+
+void huge_fork_lock(bool lock) {
+  for (int i = 0; i < HUGE_SHARDS; i++) {
+    shard_t *sh = &shards[lock ? i : HUGE_SHARDS - 1 - i];
+    if (lock) hak_lock(&sh->lock);
+    else hak_unlock(&sh->lock);
+  }
+  if (lock) hak_lock(&huge_lock);
+  else hak_unlock(&huge_lock);
 }

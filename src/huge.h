@@ -8,8 +8,9 @@
  * system call; they are purged once older than HAKMEM_BIGCACHE_AGE_MS,
  * oldest first beyond HAKMEM_BIGCACHE_MB, and as many as fresh pages that
  * huge blocks take while none was placed on cached ones within the age.
- * Free runs are found through one run heap (run.h), whatever the number of
- * arenas and runs.
+ * The arenas fall in shards, each with its own lock and run heap (run.h),
+ * which finds free runs whatever the number of arenas and runs: a thread
+ * places its blocks in its own shard, so threads do not queue on one lock.
  *
  * Blocks beyond an arena's largest, or aligned beyond a region, have a
  * mapping of their own, unmapped when freed. */
@@ -18,6 +19,12 @@
 
 #include "types.h"
 
+/* The arenas' shards: arena k (map kind MAP_ARENA + k) is shard k's modulo
+ * this. */
+#define HUGE_SHARDS 4
+
+/* Sets up the shards' run heaps (process start). */
+void huge_init(void);
 /* A block of size bytes aligned to align; zeroed with zero. NULL when the OS
  * refuses. */
 void *huge_alloc(size_t size, size_t align, bool zero);
@@ -52,6 +59,7 @@ bool huge_meta_overlaps(uintptr_t lo, uintptr_t hi);
 /* Bytes of huge blocks live now, and placed on cached pages so far. */
 extern _Atomic size_t huge_live_bytes;
 extern _Atomic uint64_t huge_reused_bytes;
-extern hak_lock_t huge_lock;
+/* Takes (lock) or releases every lock of this layer, around fork. */
+void huge_fork_lock(bool lock);
 
 #endif

@@ -30,6 +30,7 @@ void hak_process_init(void) {
   hak_stats_init();
   heap_process_init();
   large_init();
+  huge_init();
   learn_init();
   atomic_store_explicit(&init_state, 2, memory_order_release);
 }
@@ -39,7 +40,7 @@ void hak_process_init(void) {
 static void fork_prepare(void) {
   hak_lock(&purge_lock);
   heap_fork_lock(true);
-  hak_lock(&huge_lock);
+  huge_fork_lock(true);
   region_fork_lock(true);
   map_fork_lock(true);
   prof_fork_lock(true);
@@ -49,7 +50,7 @@ static void fork_parent(void) {
   prof_fork_lock(false);
   map_fork_lock(false);
   region_fork_lock(false);
-  hak_unlock(&huge_lock);
+  huge_fork_lock(false);
   heap_fork_lock(false);
   hak_unlock(&purge_lock);
 }

@@ -20,7 +20,7 @@ enum map_kind {
   MAP_RESERVED = 5,     /* placed, not yet set up: nothing of hakmem's to free() */
   MAP_ARENA = 64,       /* + k: arena k of huge blocks (huge.h) */
 };
-#define MAP_ARENAS 64
+#define MAP_ARENAS 128
 
 /* Whether kind holds huge blocks: an own mapping or an arena. */
 hak_inline bool map_kind_is_huge(uint8_t kind) { return kind >= MAP_HUGE && kind != MAP_RESERVED; }

@@ -507,7 +507,6 @@ size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t del
 uint64_t run_dirty_since(const run_heap_t *h) { return h->dirty_head ? h->dirty_head->dirty_ms : UINT64_MAX; }
 
 void run_dirty_by_age(const run_heap_t *h, uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]) {
-  for (size_t k = 0; k < n; k++) young[k] = 0;
   for (const run_node_t *x = h->dirty_tail; x; x = x->dprev) {
     size_t pages = x->dhi - x->dlo;
     for (size_t k = 0; k < n; k++)

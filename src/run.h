@@ -238,7 +238,8 @@ bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, ru
 size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t delay, size_t keep);
 /* The age (ms) of the oldest dirty free run, or UINT64_MAX when none is. */
 uint64_t run_dirty_since(const run_heap_t *h);
-/* Dirty pages of runs dirty for less than age_ms[k], for k < n, into young[k]. */
+/* Adds the dirty pages of runs dirty for less than age_ms[k], for k < n, to
+ * young[k]. */
 void run_dirty_by_age(const run_heap_t *h, uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]);
 
 #endif

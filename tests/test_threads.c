@@ -44,6 +44,14 @@
  *     then waits, making no call: its gathered batch holds at most 64 KiB of
  *     them (and its foreign list 32 KiB), so the owner's next mallocs of the
  *     size find the rest (unbounded, 48 stayed with the waiter).
+ * (l) huge_shards: two threads each place 3 and 5 MiB blocks, free the
+ *     other's and place as many again, every block keeping its pattern;
+ *     with the hak_ API, each thread's blocks lie in a shard of its own
+ *     (huge.h), both times. Then, in a child under RLIMIT_AS of its size
+ *     plus 2 MiB (no room for an arena), a thread new to the huge blocks
+ *     places a 3 MiB block in units the main thread freed in its shard,
+ *     whose arena keeps a block (with the hak_ API the others are unmapped
+ *     first, and the block must lie in the main thread's shard).
  * With the hak_ API, each part also checks the allocator's count of threads
  * holding a heap (it decides whether carves populate their pages): down at
  * each exit and hak_thread_done, up again at the next malloc, 1 in a forked
@@ -59,6 +67,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 
 /* ---- hakmem's internals (hak_ API build only; retarget here) ----
  * RUNNING(): threads holding a heap; CPUS(): the processors hakmem counts. */
@@ -66,13 +75,21 @@
 #include <sched.h>
 
 #include "../src/heap.h"
+#include "../src/huge.h"
+#include "../src/map.h"
 #define RUNNING() ((int)heap_threads_running())
 #define CPUS() os_cpu_count()
 #define CHECK_RUNNING(n)                                                                                            \
   CHECKF(RUNNING() == (n), "%d threads hold a heap, expected %d", RUNNING(), (n))
+/* The huge arenas' shard of block p; -1 for none. */
+#define SHARD(p) (map_kind(p) >= MAP_ARENA ? (map_kind(p) - MAP_ARENA) % HUGE_SHARDS : -1)
+/* Unmaps the arenas that hold nothing, as the allocator does out of address space. */
+#define UNMAP_EMPTY_ARENAS() huge_purge(0, true, true, NULL)
 #else
 #define RUNNING() 0
 #define CHECK_RUNNING(n) ((void)(n))
+#define SHARD(p) ((void)(p), 0)
+#define UNMAP_EMPTY_ARENAS() ((void)0)
 #endif
 
 static size_t mixed_size(uint64_t *r)
@@ -657,6 +674,93 @@ static void test_gather_bound(void)
   printf("  gather_bound: %d of %d blocks a waiting thread freed came back\n", back, GATHER_N);
 }
 
+/* ---------------- (l) huge_shards ---------------- */
+
+#define SHARD_BLOCKS 4
+static blk_t shard_blk[2][SHARD_BLOCKS];
+static pthread_barrier_t shard_step;
+
+static void shard_place(blk_t *b, int who, int round)
+{
+  for (int i = 0; i < SHARD_BLOCKS; i++)
+    blk_alloc(&b[i], (i & 1 ? 5 : 3) * MiB + (size_t)i * 4096, 9800000 + (uint64_t)(round * 100 + who * 10 + i));
+}
+
+/* Whether every block of b lies in one shard, returned in *shard. */
+static bool shard_same(const blk_t *b, int *shard)
+{
+  *shard = SHARD(b[0].p);
+  for (int i = 1; i < SHARD_BLOCKS; i++)
+    if (SHARD(b[i].p) != *shard) return false;
+  return true;
+}
+
+static void *shard_thread(void *arg)
+{
+  int who = (int)(intptr_t)arg, mine, again;
+  shard_place(shard_blk[who], who, 0);
+  CHECKF(shard_same(shard_blk[who], &mine), "thread %d's huge blocks lie in more than one shard", who);
+  pthread_barrier_wait(&shard_step);
+  for (int i = 0; i < SHARD_BLOCKS; i++) blk_free(&shard_blk[1 - who][i], "the other thread's huge block");
+  pthread_barrier_wait(&shard_step);
+  shard_place(shard_blk[who], who, 1);
+  CHECKF(shard_same(shard_blk[who], &again) && again == mine, "thread %d placed in shard %d, then %d", who, mine, again);
+  return (void *)(intptr_t)mine;
+}
+
+static atomic_int shard_go;
+static void *shard_late(void *arg)
+{
+  void *small = A(malloc)(64); /* its heap, before the limit */
+  CHECK(small != NULL);
+  while (!atomic_load(&shard_go)) usleep(1000);
+  blk_t b;
+  blk_alloc(&b, 3 * MiB, 9900000);
+  *(int *)arg = SHARD(b.p);
+  blk_free(&b, "a block in another thread's shard");
+  A(free)(small);
+  return NULL;
+}
+
+/* In a child: the main thread's freed units serve a thread whose own shard
+ * cannot map an arena. */
+static void shard_fallback_child(void *arg)
+{
+  (void)arg;
+  UNMAP_EMPTY_ARENAS();
+  blk_t b[SHARD_BLOCKS];
+  shard_place(b, 0, 2);
+  int mine, got = -2;
+  CHECK(shard_same(b, &mine));
+  for (int i = 1; i < SHARD_BLOCKS; i++) blk_free(&b[i], "the main thread's huge block");
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, shard_late, &got) == 0);
+  usleep(20000);
+  struct rlimit rl = {tu_statm(0) + 2 * MiB, tu_statm(0) + 2 * MiB};
+  CHECKF(setrlimit(RLIMIT_AS, &rl) == 0, "setrlimit: errno %d", errno);
+  atomic_store(&shard_go, 1);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECKF(got == mine, "a block placed under the limit lies in shard %d, not the main thread's %d", got, mine);
+  blk_free(&b[0], "the main thread's last huge block");
+}
+
+static void test_huge_shards(void)
+{
+  pthread_t t[2];
+  void *shard[2];
+  CHECK(pthread_barrier_init(&shard_step, NULL, 2) == 0);
+  for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, shard_thread, (void *)(intptr_t)i) == 0);
+  for (int i = 0; i < 2; i++) CHECK(pthread_join(t[i], &shard[i]) == 0);
+  pthread_barrier_destroy(&shard_step);
+  for (int w = 0; w < 2; w++)
+    for (int i = 0; i < SHARD_BLOCKS; i++) blk_free(&shard_blk[w][i], "a huge block placed again");
+#ifdef USE_HAK_API
+  CHECKF(shard[0] != shard[1], "both threads placed their huge blocks in shard %d", (int)(intptr_t)shard[0]);
+#endif
+  CHECKF(tu_wait(tu_spawn(shard_fallback_child, NULL, 60, NULL)) == 0, "the child under RLIMIT_AS failed");
+  printf("  huge_shards: threads in shards %d and %d\n", (int)(intptr_t)shard[0], (int)(intptr_t)shard[1]);
+}
+
 static const tu_case_t cases[] = {
 #ifdef USE_HAK_API
   {"cpu_count", test_cpu_count, 0},
@@ -669,6 +773,7 @@ static const tu_case_t cases[] = {
   {"foreign", test_foreign, 0},
   {"foreign_idle", test_foreign_idle, 0},
   {"gather_bound", test_gather_bound, 0},
+  {"huge_shards", test_huge_shards, 0},
   {"exit_chain", test_exit_chain, 0},
   {"exit_heapless", test_exit_heapless, 0},
   {"exit_malloc", test_exit_malloc, 0},
