@@ -875,6 +875,8 @@ static heap_t *heap_new(void) {
   __builtin_memcpy(h, &hak_heap_empty, offsetof(heap_t, lhot)); /* the caches: zero, as mapped */
   slab_set_list(&h->empty, NULL);
   run_heap_init(&h->pages, (unsigned)__builtin_ctzl(os_page_size()));
+  static uint32_t made;
+  h->serial = made++;
   h->next_all = all_heaps;
   atomic_store_explicit(&all_heaps, h, memory_order_release);
   hak_unlock(&heaps_lock);

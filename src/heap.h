@@ -82,6 +82,7 @@ struct heap_s {
   heap_t *next_abandoned;
   uint64_t abandoned_ms; /* when, while its tcaches are still to drain (under heaps_lock) */
   heap_t *next_all;
+  uint32_t serial; /* heaps made before it (a pool layer picks by it: huge.c's shards) */
   slab_t *proxy; /* heap profiler: a proxy per class (NULL when not profiling) */
   /* blocks of other heaps' slabs that this thread freed, kept for its own
    * mallocs: a list per class that the fast path takes from first (heap.c);

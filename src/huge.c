@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "heap.h"
 #include "map.h"
 #include "out.h"
 #include "policy.h"
@@ -58,9 +59,9 @@ typedef struct own_s {
 
 /* The arenas are split in shards, each with its own lock, run heap and
  * BigCache, so that threads placing huge blocks at once do not queue on
- * one lock. A thread places its blocks in its own shard (chosen in turn at
- * its first); a block goes back to the shard of its arena, whichever
- * thread frees it. Arena slot k belongs to shard k % HUGE_SHARDS, so a
+ * one lock. A thread places its blocks in its heap's shard (heaps take the
+ * shards in turn as they are made); a block goes back to the shard of its
+ * arena, whichever thread frees it. Arena slot k belongs to shard k % HUGE_SHARDS, so a
  * pointer's map entry names its shard before anything is read through it. */
 
 typedef struct {
@@ -76,16 +77,12 @@ static shard_t shards[HUGE_SHARDS];
 static hak_lock_t huge_lock; /* the arena slots and the own mappings' list */
 static own_t *owns;
 static arena_t *arenas[MAP_ARENAS];
-static _Atomic unsigned shard_turn;
-static __thread uint8_t my_shard __attribute__((tls_model("initial-exec"))); /* 1 + its index; 0: none yet */
 _Atomic size_t huge_live_bytes;
 _Atomic uint64_t huge_reused_bytes;
 
-static shard_t *shard_mine(void) {
-  if (unlikely(my_shard == 0))
-    my_shard = (uint8_t)(1 + atomic_fetch_add_explicit(&shard_turn, 1, memory_order_relaxed) % HUGE_SHARDS);
-  return &shards[my_shard - 1];
-}
+/* The calling thread's shard: its heap's, so that a thread that takes the
+ * heap of one that exited finds the blocks that one freed. */
+static shard_t *shard_mine(void) { return &shards[heap_get()->serial % HUGE_SHARDS]; }
 
 void huge_init(void) {
   for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
@@ -336,15 +333,28 @@ static bool shard_place(shard_t *sh, size_t units, uint32_t align, size_t bytes,
   return ok;
 }
 
+/* Where sh's BigCache holds fewer than n units: another shard whose cache
+ * holds n (read without the locks), or NULL. */
+static shard_t *shard_caching(const shard_t *sh, size_t n) {
+  if (run_heap_dirty_bytes(&sh->runs) >> UNIT_BITS >= n) return NULL;
+  for (shard_t *o = shards; o < shards + HUGE_SHARDS; o++)
+    if (o != sh && run_heap_dirty_bytes(&o->runs) >> UNIT_BITS >= n) return o;
+  return NULL;
+}
+
 /* A block in the thread's shard, which grows by a new arena where it must;
- * where the OS refuses one, in another shard's free units. */
+ * in another shard's cached units where its own cache holds too few (they
+ * cost no page fault and no more memory), or where the OS refuses an
+ * arena, in another shard's free units. */
 static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   size_t units = units_of(MAX(bytes, room)), took = 0, fresh = 0;
   uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
-  shard_t *sh = shard_mine();
+  shard_t *sh = shard_mine(), *o;
   run_t r;
-  bool ok = shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
-            (arena_new(sh, units + a - 1) && shard_place(sh, units, a, bytes, true, &r, &took, &fresh));
+  bool ok = (o = shard_caching(sh, units)) != NULL && shard_place(o, units, a, bytes, false, &r, &took, &fresh);
+  if (ok) sh = o;
+  ok = ok || shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
+       (arena_new(sh, units + a - 1) && shard_place(sh, units, a, bytes, true, &r, &took, &fresh));
   for (int i = 0; i < HUGE_SHARDS && !ok; i++)
     if (&shards[i] != sh) ok = shard_place(sh = &shards[i], units, a, bytes, false, &r, &took, &fresh);
   if (!ok) return NULL;
