@@ -129,7 +129,7 @@ static void *alloc_small_as_run(size_t size, heap_t *heap, bool zero) {
  * exhausted slab, sizes above the small classes, alignment, zeroing. The
  * size comes first, where malloc received it: the fast path then needs no
  * register move before its tail call (and likewise p for free_slow). */
-static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bool zero) {
+static hak_noinline void *alloc_general(size_t size, heap_t *heap, size_t align, bool zero) {
   if (heap == &hak_heap_empty) {
     hak_process_init();
     if ((heap = heap_init_thread()) == NULL) {
@@ -137,7 +137,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
       return NULL;
     }
     if (unlikely(heap_thread_exited())) { /* no destructor runs again: the heap goes back now */
-      void *p = alloc_slow(size, heap, align, zero);
+      void *p = alloc_general(size, heap, align, zero);
       int e = errno;
       heap_thread_done();
       errno = e;
@@ -171,6 +171,29 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   if (p == NULL && small) p = alloc_small_as_run(size, heap, zero);
   if (p == NULL) errno = ENOMEM;
   return p;
+}
+
+/* A Large block from the owner's hot list where that calls nothing: no
+ * tick, no count for the learner and no profiler's sample due; NULL with
+ * nothing changed else. */
+hak_inline void *alloc_large_quick(size_t size, heap_t *heap) {
+  learn_pending_t *q = &learn_pending;
+  if (prof_on || heap == &hak_heap_empty || ((slow_calls + 1) & (TICK_EVERY - 1)) == 0 || !learn_count_inline(q, true))
+    return NULL;
+  void *p = large_alloc_quick(heap, size);
+  if (p == NULL) return NULL;
+  slow_calls++;
+  q->n++;
+  q->bytes += size;
+  return p;
+}
+
+/* Everything malloc's fast path does not handle; a Large block the owner
+ * freed last first, without a call. */
+static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bool zero) {
+  void *p;
+  if (size > SMALL_MAX && align <= MIN_ALIGN && !zero && (p = alloc_large_quick(size, heap)) != NULL) return p;
+  return alloc_general(size, heap, align, zero);
 }
 
 /* ---- fast paths ------------------------------------------------------------- */
@@ -271,6 +294,7 @@ static hak_noinline void free_block_apart(heap_t *heap, slab_t *s, block_t *b) {
  * differs from the heap's address in its flags alone). */
 hak_inline void free_slow_body(void *p, heap_t *heap, slab_t *s, bool at_start) {
   if (unlikely(s->kind != SLAB_SMALL)) {
+    if (!prof_on && large_free_quick(heap, p)) return;
     free_large_or_rare(p, heap);
   } else if (unlikely((HAKMEM_PROFILING && prof_on) || !slab_carved(s, p) || (!at_start && !slab_block_at(s, p)))) {
     free_rare(p, heap);

@@ -13,7 +13,7 @@
 #define CACHE_PER_CLASS 64
 #define CACHE_MIN_BYTES ((size_t)16 << 20) /* or half the heap's live Large bytes, if more */
 
-/* The cache's classes: eight per doubling from SMALL_MAX to CLASS_MAX (the
+/* The cache's classes: eight per doubling from SMALL_MAX to LARGE_CLASS_MAX (the
  * hot lists' classes), then one per page count up to SMALL_MAX (the
  * profiler's sampled small blocks). */
 #define LARGE_CLASSES LARGE_HOT_CLASSES
@@ -30,63 +30,61 @@ static unsigned large_class(size_t bytes) {
 
 static size_t class_bytes(unsigned c) { return os_page_round((size_t)(9 + c % 8) << (c / 8 + 12)); }
 
-/* The run of a block of size bytes: its class's, unless it is aligned or
- * above CLASS_MAX, where rounding up to a class would leave a quarter of a
- * region unused (a region holds three 1 MiB runs, but four of 1,000,000
- * bytes): those take whole pages, and are not cached. A size seldom comes
- * back to the page, so a cached one waited for its own size while others
- * took fresh pages; freed, it merges with its free neighbours, and its
- * dirty pages serve the next block of any size (run_alloc). */
-#define CLASS_MAX ((size_t)256 * 1024)
-
 /* The cache class of a run of bytes, or -1 when such runs are not cached
- * (between classes, or beyond CLASS_MAX). */
+ * (between classes, or beyond LARGE_CLASS_MAX). */
 static int cache_class_of(size_t bytes) {
   if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> os_page_log2()) - 1;
   unsigned c = large_class(bytes);
-  return bytes <= CLASS_MAX && bytes == class_bytes(c) ? (int)c : -1;
+  return bytes <= LARGE_CLASS_MAX && bytes == class_bytes(c) ? (int)c : -1;
 }
 
-/* Blocks above CLASS_MAX placed on dirty pages start on this grid
+/* Blocks above LARGE_CLASS_MAX placed on dirty pages start on this grid
  * (run_alloc): a program that writes only their first pages finds those
  * where the freed blocks had theirs, resident. */
 #define LARGE_GRID ((size_t)128 * 1024)
+
+/* The run of a block of size bytes: its class's, unless it is aligned or
+ * above LARGE_CLASS_MAX, where rounding up to a class would leave a quarter
+ * of a region unused (a region holds three 1 MiB runs, but four of
+ * 1,000,000 bytes): those take whole pages, and are not cached. A size
+ * seldom comes back to the page, so a cached one waited for its own size
+ * while others took fresh pages; freed, it merges with its free neighbours,
+ * and its dirty pages serve the next block of any size (run_alloc). */
 static size_t block_bytes_of(size_t size, size_t align) {
   size_t bytes = os_page_round(size ? size : 1);
-  return align > os_page_size() || bytes <= SMALL_MAX || bytes > CLASS_MAX ? bytes : class_bytes(large_class(bytes));
+  return align > os_page_size() || bytes <= SMALL_MAX || bytes > LARGE_CLASS_MAX ? bytes : class_bytes(large_class(bytes));
 }
 
-/* Both, by page count up to CLASS_MAX, made once at start-up (large_init):
+/* Both, by page count up to LARGE_CLASS_MAX, made once at start-up (large_init):
  * every Large allocation and free asks. */
-#define TABLE_PAGES (CLASS_MAX / 4096)
-static uint8_t fit_pages[TABLE_PAGES + 1]; /* pages of the block for n pages asked */
-static int8_t class_of_pages[TABLE_PAGES + 1];
-static uint8_t hot_of_pages[TABLE_PAGES + 1]; /* hot list of a block of n pages; LARGE_HOT_CLASSES: none */
-static uint8_t hot_for_pages[TABLE_PAGES + 1]; /* the same for a malloc of n pages */
-static size_t hot_bytes[LARGE_HOT_CLASSES];
+static uint8_t fit_pages[LARGE_HOT_TABLE + 1]; /* pages of the block for n pages asked */
+static int8_t class_of_pages[LARGE_HOT_TABLE + 1];
+uint8_t large_hot_of_pages[LARGE_HOT_TABLE + 1]; /* hot list of a block of n pages; LARGE_HOT_CLASSES: none */
+uint8_t large_hot_for_pages[LARGE_HOT_TABLE + 1]; /* the same for a malloc of n pages */
+size_t large_hot_bytes[LARGE_HOT_CLASSES];
 
 void large_init(void) {
   heap_abandon_hook = large_hot_release;
   unsigned shift = os_page_log2();
-  hot_of_pages[0] = LARGE_HOT_CLASSES; /* a page that starts no live run: inside a block, or freed */
-  for (size_t n = 1; n <= (CLASS_MAX >> shift); n++) {
+  large_hot_of_pages[0] = LARGE_HOT_CLASSES; /* a page that starts no live run: inside a block, or freed */
+  for (size_t n = 1; n <= (LARGE_CLASS_MAX >> shift); n++) {
     fit_pages[n] = (uint8_t)(block_bytes_of(n << shift, 0) >> shift);
     class_of_pages[n] = (int8_t)cache_class_of(n << shift);
     unsigned c = (unsigned)class_of_pages[n];
-    hot_of_pages[n] = (uint8_t)((n << shift) > SMALL_MAX && c < LARGE_HOT_CLASSES ? c : LARGE_HOT_CLASSES);
+    large_hot_of_pages[n] = (uint8_t)((n << shift) > SMALL_MAX && c < LARGE_HOT_CLASSES ? c : LARGE_HOT_CLASSES);
   }
-  for (size_t n = 1; n <= (CLASS_MAX >> shift); n++) hot_for_pages[n] = hot_of_pages[fit_pages[n]];
-  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) hot_bytes[c] = class_bytes(c);
+  for (size_t n = 1; n <= (LARGE_CLASS_MAX >> shift); n++) large_hot_for_pages[n] = large_hot_of_pages[fit_pages[n]];
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) large_hot_bytes[c] = class_bytes(c);
 }
 
-/* The tables hold CLASS_MAX >> page shift entries (fewer than TABLE_PAGES
+/* The tables hold LARGE_CLASS_MAX >> page shift entries (fewer than LARGE_HOT_TABLE
  * with pages above 4 KiB): their bound is in bytes. */
 static int cache_class(size_t bytes) {
-  return likely(bytes <= CLASS_MAX) ? class_of_pages[bytes >> os_page_log2()] : cache_class_of(bytes);
+  return likely(bytes <= LARGE_CLASS_MAX) ? class_of_pages[bytes >> os_page_log2()] : cache_class_of(bytes);
 }
 
 static size_t block_bytes(size_t size, size_t align) {
-  if (likely(size - 1 < CLASS_MAX && align <= os_page_size()))
+  if (likely(size - 1 < LARGE_CLASS_MAX && align <= os_page_size()))
     return (size_t)fit_pages[(size + os_page_size() - 1) >> os_page_log2()] << os_page_log2();
   return block_bytes_of(size, align);
 }
@@ -96,7 +94,7 @@ static size_t block_bytes(size_t size, size_t align) {
 static void live_add(heap_t *heap, size_t removed, size_t added) {
   __atomic_store_n(&heap->large_live, heap->large_live + added - removed, __ATOMIC_RELAXED);
   if (heap->large_live > heap->large_peak) heap->large_peak = heap->large_live;
-  heap->large_classed += (added <= CLASS_MAX ? added : 0) - (removed <= CLASS_MAX ? removed : 0);
+  heap->large_classed += (added <= LARGE_CLASS_MAX ? added : 0) - (removed <= LARGE_CLASS_MAX ? removed : 0);
 }
 
 size_t large_live_bytes(void) {
@@ -122,7 +120,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   run_t r;
   heap_lock(heap);
   bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
-  uint32_t grid = bytes > CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
+  uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
   while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, grid, &r);
   if (ok) live_add(heap, 0, run_bytes(r));
@@ -165,7 +163,7 @@ static run_t block_run(const void *p, heap_t **heapp) {
 }
 
 /* The cache holds at most half of what the heap holds in blocks of the
- * sizes it caches, and at least CACHE_MIN_BYTES: blocks above CLASS_MAX
+ * sizes it caches, and at least CACHE_MIN_BYTES: blocks above LARGE_CLASS_MAX
  * (never cached) would let it keep freed runs beside their fresh pages;
  * the blocks on the owner's lists count against it. */
 static size_t cache_pages(const heap_t *heap) {
@@ -187,7 +185,7 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
 }
 
 /* ---- the owner's hot lists (large_hot_t) ------------------------------------
- * The owner frees a block of a class up to CLASS_MAX onto its class's list
+ * The owner frees a block of a class up to LARGE_CLASS_MAX onto its class's list
  * and allocates from it, without the lock and without reading the run map
  * past the block's own length word: the run stays allocated, so no other
  * thread looks at it. A list holds what its class's demand asks for
@@ -195,30 +193,15 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
  * without the lock; the tick sends every list to the cache once per purge
  * delay, from where the blocks go back as the cache's do. Off in the
  * secure build, whose frees are all checked under the lock. */
-#define HOT_MAX_BYTES ((size_t)16 << 20)
-_Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(CLASS_MAX / SMALL_MAX) * 8, "the classes up to CLASS_MAX");
+_Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(LARGE_CLASS_MAX / SMALL_MAX) * 8, "the classes up to LARGE_CLASS_MAX");
 _Static_assert(LARGE_HOT_DEPTH <= UINT16_MAX && LARGE_HOT_DEPTH - LARGE_HOT_DEPTH_MIN <= UINT8_MAX, "counts fit");
-
-/* A block on a hot list: the next one (NULL ends the list) and a tag of
- * both addresses. A pop follows a link only under its tag, so that a write
- * to a freed block is caught before its link is followed; a free that
- * finds its block tagged looks for it on the list (a double free). */
-typedef struct hot_block_s {
-  struct hot_block_s *next;
-  uintptr_t tag;
-} hot_block_t;
-#define HOT_TAG_MIX ((uintptr_t)0x6c61726765686f74ull)
-hak_inline uintptr_t hot_tag(const hot_block_t *b, const hot_block_t *next) {
-  return (uintptr_t)b ^ (uintptr_t)next ^ HOT_TAG_MIX;
-}
-hak_inline bool hot_intact(const hot_block_t *b) { return b->tag == hot_tag(b, b->next); }
 
 /* A list found written to at b: one line (abort unless HAKMEM_ON_ERROR=
  * report), and the list is dropped, its blocks lost rather than handed out
  * twice. */
-static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const hot_block_t *b) {
+static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const large_hot_block_t *b) {
   harden_list_broken(b);
-  __atomic_store_n(&h->bytes, h->bytes - h->n[c] * hot_bytes[c], __ATOMIC_RELAXED);
+  __atomic_store_n(&h->bytes, h->bytes - h->n[c] * large_hot_bytes[c], __ATOMIC_RELAXED);
   h->head[c] = NULL;
   h->n[c] = 0;
 }
@@ -227,8 +210,8 @@ static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const hot_block_
 static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
   large_hot_t *h = &heap->lhot;
   while (h->head[c]) {
-    hot_block_t *b = h->head[c];
-    if (!hot_intact(b)) {
+    large_hot_block_t *b = h->head[c];
+    if (!large_hot_intact(b)) {
       hot_broken(h, c, b);
       return;
     }
@@ -263,34 +246,27 @@ static void hot_drain(heap_t *heap, uint64_t now) {
 }
 
 void *large_alloc_hot(heap_t *heap, size_t size) {
-  if (size > CLASS_MAX) return NULL;
-  unsigned c = hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
+  if (size > LARGE_CLASS_MAX) return NULL;
+  unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   large_hot_t *h = &heap->lhot;
   if (c >= LARGE_HOT_CLASSES) return NULL;
-  hot_block_t *b = h->head[c];
+  large_hot_block_t *b = h->head[c];
   if (b == NULL) {
     run_demand_missed(&h->demand[c], LARGE_HOT_DEPTH_MIN, LARGE_HOT_DEPTH);
     return NULL;
   }
-  if (unlikely(!hot_intact(b))) {
+  if (unlikely(!large_hot_intact(b))) {
     hot_broken(h, c, b);
     return NULL;
   }
-  h->head[c] = b->next;
-  /* the next block's first line, which the next malloc of the class reads
-   * and the program writes: page-aligned, those lines share few L1 sets */
-  if (b->next) __builtin_prefetch(b->next, 1);
-  h->n[c]--;
-  b->tag = 0;
-  size_t bytes = hot_bytes[c];
-  __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
-  stat_alloc(STAT_ROW_LARGE, bytes);
+  large_hot_take(h, c, b);
+  stat_alloc(STAT_ROW_LARGE, large_hot_bytes[c]);
   return b;
 }
 
 /* Whether b is on class c's list: a tagged block's free. */
-static hak_noinline bool hot_listed(const large_hot_t *h, unsigned c, const hot_block_t *b) {
-  for (const hot_block_t *x = h->head[c]; x && hot_intact(x); x = x->next)
+static hak_noinline bool hot_listed(const large_hot_t *h, unsigned c, const large_hot_block_t *b) {
+  for (const large_hot_block_t *x = h->head[c]; x && large_hot_intact(x); x = x->next)
     if (x == b) return true;
   return false;
 }
@@ -298,32 +274,19 @@ static hak_noinline bool hot_listed(const large_hot_t *h, unsigned c, const hot_
 /* The owner's free of p (on a unit no slab holds) onto its list: 1 when
  * kept, 0 when the locked path is to free it (not one of heap's blocks of a
  * hot class, list full), -1 when p is on the list already (a double free). */
-hak_inline int hot_push(heap_t *heap, void *p) {
-  region_t *reg = region_of(p);
-  const run_chunk_t *ch = &reg->pages;
-  uintptr_t off = (uintptr_t)p - (uintptr_t)ch->base; /* below base: above REGION_SIZE */
-  unsigned shift = os_page_log2();
-  /* the chunk's heap, not the region's owner: a line that the length's read needs anyway */
-  if (HAKMEM_SECURE || __atomic_load_n(&ch->heap, __ATOMIC_RELAXED) != &heap->pages || off >= REGION_SIZE ||
-      (off & ((1u << shift) - 1)) != 0)
-    return 0;
-  uint32_t pages = run_live_pages(ch, (uint32_t)(off >> shift));
-  unsigned c = pages <= (CLASS_MAX >> shift) ? hot_of_pages[pages] : LARGE_HOT_CLASSES;
+static int hot_push(heap_t *heap, void *p) {
+  size_t bytes;
+  unsigned c = HAKMEM_SECURE ? LARGE_HOT_CLASSES : large_hot_class_of(heap, p, os_page_log2(), &bytes);
   large_hot_t *h = &heap->lhot;
-  size_t bytes = (size_t)pages << shift;
   if (c >= LARGE_HOT_CLASSES) return 0;
-  hot_block_t *b = p;
-  if (hot_intact(b) && hot_listed(h, c, b)) return -1;
-  if (h->bytes + bytes > HOT_MAX_BYTES) return 0;
+  large_hot_block_t *b = p;
+  if (large_hot_intact(b) && hot_listed(h, c, b)) return -1;
+  if (h->bytes + bytes > LARGE_HOT_MAX_BYTES) return 0;
   if (h->n[c] >= run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN)) { /* past its demand: to the locked path */
     run_demand_turned_away(&h->demand[c], LARGE_HOT_DEPTH_MIN);
     return 0;
   }
-  b->next = h->head[c];
-  b->tag = hot_tag(b, b->next);
-  h->head[c] = b;
-  h->n[c]++;
-  __atomic_store_n(&h->bytes, h->bytes + bytes, __ATOMIC_RELAXED);
+  large_hot_put(h, c, b, bytes);
   stat_free(STAT_ROW_LARGE, bytes, true);
   return 1;
 }

@@ -12,6 +12,16 @@
 #define HAKMEM_LARGE_H
 
 #include "heap.h"
+#include "policy.h"
+#include "stats.h"
+
+/* Blocks of up to LARGE_CLASS_MAX bytes come in classes, eight per
+ * doubling: freed runs of a class are cached for the next block of it, and
+ * the owner keeps its freed ones on a list per class (the hot lists, up to
+ * LARGE_HOT_MAX_BYTES in all) that its mallocs take without the lock. */
+#define LARGE_CLASS_MAX ((size_t)256 * 1024)
+#define LARGE_HOT_MAX_BYTES ((size_t)16 << 20)
+#define LARGE_HOT_TABLE (LARGE_CLASS_MAX / 4096)
 
 /* Makes the pool's tables (once, at start-up). */
 void large_init(void);
@@ -29,6 +39,99 @@ void *large_alloc_hot(heap_t *heap, size_t size);
  * region, whose unit holds no slab), kept for its mallocs; false when the
  * locked path is to free it (large_free). */
 bool large_free_hot(heap_t *heap, void *p);
+/* ---- the hot lists, inline for malloc's and free's slow paths ----------------- */
+
+/* A block on a hot list: the next one (NULL ends the list) and a tag of
+ * both addresses. A pop follows a link only under its tag, so that a write
+ * to a freed block is caught before its link is followed; a free that
+ * finds its block tagged looks for it on the list (a double free). */
+typedef struct large_hot_block_s {
+  struct large_hot_block_s *next;
+  uintptr_t tag;
+} large_hot_block_t;
+#define LARGE_HOT_TAG_MIX ((uintptr_t)0x6c61726765686f74ull)
+hak_inline uintptr_t large_hot_tag(const large_hot_block_t *b, const large_hot_block_t *next) {
+  return (uintptr_t)b ^ (uintptr_t)next ^ LARGE_HOT_TAG_MIX;
+}
+hak_inline bool large_hot_intact(const large_hot_block_t *b) { return b->tag == large_hot_tag(b, b->next); }
+
+/* By page count up to LARGE_CLASS_MAX (large_init): the list of a block of
+ * n pages, and of a malloc of n pages (LARGE_HOT_CLASSES: none); a list's
+ * block size. */
+extern uint8_t large_hot_of_pages[LARGE_HOT_TABLE + 1];
+extern uint8_t large_hot_for_pages[LARGE_HOT_TABLE + 1];
+extern size_t large_hot_bytes[LARGE_HOT_CLASSES];
+
+/* Takes b, the head of class c's list (intact). */
+hak_inline void large_hot_take(large_hot_t *h, unsigned c, large_hot_block_t *b) {
+  h->head[c] = b->next;
+  /* the next block's first line, which the next malloc of the class reads
+   * and the program writes: page-aligned, those lines share few L1 sets */
+  if (b->next) __builtin_prefetch(b->next, 1);
+  h->n[c]--;
+  b->tag = 0;
+  __atomic_store_n(&h->bytes, h->bytes - large_hot_bytes[c], __ATOMIC_RELAXED);
+}
+
+/* Puts b, a block of bytes, on class c's list. */
+hak_inline void large_hot_put(large_hot_t *h, unsigned c, large_hot_block_t *b, size_t bytes) {
+  b->next = h->head[c];
+  b->tag = large_hot_tag(b, b->next);
+  h->head[c] = b;
+  h->n[c]++;
+  __atomic_store_n(&h->bytes, h->bytes + bytes, __ATOMIC_RELAXED);
+}
+
+/* The list of p, a live block of heap's own with pages of 1 << shift bytes,
+ * and its size in *bytes; LARGE_HOT_CLASSES where it has none (not heap's,
+ * not a block's start, above LARGE_CLASS_MAX). Reads the chunk's heap, not
+ * the region's owner: a line that the length's read needs anyway. */
+hak_inline unsigned large_hot_class_of(const heap_t *heap, const void *p, unsigned shift, size_t *bytes) {
+  const run_chunk_t *ch = &region_of(p)->pages;
+  uintptr_t off = (uintptr_t)p - (uintptr_t)ch->base; /* below base: above REGION_SIZE */
+  if (__atomic_load_n(&ch->heap, __ATOMIC_RELAXED) != &heap->pages || off >= REGION_SIZE ||
+      (off & (((uintptr_t)1 << shift) - 1)) != 0)
+    return LARGE_HOT_CLASSES;
+  uint32_t pages = run_live_pages(ch, (uint32_t)(off >> shift));
+  *bytes = (size_t)pages << shift;
+  return pages <= (LARGE_CLASS_MAX >> shift) ? large_hot_of_pages[pages] : LARGE_HOT_CLASSES;
+}
+
+/* large_alloc_hot where it calls nothing: the owner's malloc of size bytes
+ * from its list, or NULL with nothing changed where it would call (an empty
+ * or broken list, statistics on): large_alloc_hot then decides. */
+hak_inline void *large_alloc_quick(heap_t *heap, size_t size) {
+  size_t page = os_page;
+  if (size > LARGE_CLASS_MAX || page == 0 || hak_stats_enabled) return NULL;
+  unsigned c = large_hot_for_pages[(size + page - 1) >> os_page_shift];
+  if (c >= LARGE_HOT_CLASSES) return NULL;
+  large_hot_t *h = &heap->lhot;
+  large_hot_block_t *b = h->head[c];
+  if (b == NULL || !large_hot_intact(b)) return NULL;
+  large_hot_take(h, c, b);
+  return b;
+}
+
+/* large_free_hot where it calls nothing: true when p went on its list;
+ * false with nothing changed where that would call (a tagged block, a
+ * list at its demand's depth, the strategy not read yet, statistics on):
+ * large_free_hot then decides. */
+hak_inline bool large_free_quick(heap_t *heap, void *p) {
+  if (HAKMEM_SECURE || hak_stats_enabled || __atomic_load_n(&policy_running, __ATOMIC_ACQUIRE) < 0 ||
+      __atomic_load_n(&policy_knobs[KNOB_PURGE_DELAY_MS], __ATOMIC_RELAXED) == 0)
+    return false;
+  size_t bytes;
+  unsigned c = large_hot_class_of(heap, p, os_page_shift, &bytes);
+  if (c >= LARGE_HOT_CLASSES) return false;
+  large_hot_t *h = &heap->lhot;
+  large_hot_block_t *b = p;
+  if (large_hot_intact(b) || h->bytes + bytes > LARGE_HOT_MAX_BYTES ||
+      h->n[c] >= run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN))
+    return false;
+  large_hot_put(h, c, b, bytes);
+  return true;
+}
+
 /* Whether the calling thread keeps a freed block of the class of Large
  * blocks of bytes (on its list or in its cache). */
 bool large_class_kept(size_t bytes);

@@ -37,11 +37,16 @@ typedef struct {
   uint64_t bytes;
 } learn_pending_t;
 extern __thread learn_pending_t learn_pending __attribute__((tls_model("initial-exec")));
+/* Whether q counts one allocation more inline: no batch and no idle
+ * stretch's end due, learning on (read: the quick test calls nothing). */
+hak_inline bool learn_count_inline(const learn_pending_t *q, bool quick) {
+  return q->n + 1 < LEARN_COUNT_BATCH && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) < 0 &&
+         (quick ? hak_option_on_read(OPT_LEARN) : hak_option_on(OPT_LEARN));
+}
 /* learn_tick(bytes, 0) for an allocation of bytes, inline while nothing is due. */
 hak_inline void learn_alloc(size_t bytes) {
   learn_pending_t *q = &learn_pending;
-  if (likely(q->n + 1 < LEARN_COUNT_BATCH && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) < 0 &&
-             hak_option_on(OPT_LEARN))) {
+  if (likely(learn_count_inline(q, false))) {
     q->n++;
     q->bytes += bytes;
     return;
