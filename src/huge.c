@@ -32,6 +32,7 @@
 typedef struct arena_s {
   run_chunk_t chunk;
   struct arena_s *next; /* the shard's arenas, under its lock */
+  int slot;             /* its index in arenas[] (map kind MAP_ARENA + slot) */
   char *base;
   size_t size;   /* its address space, whose map entries name it */
   size_t mapped; /* the bytes mapped from base: its chunk's units */
@@ -61,8 +62,9 @@ typedef struct own_s {
  * BigCache, so that threads placing huge blocks at once do not queue on
  * one lock. A thread places its blocks in its heap's shard (heaps take the
  * shards in turn as they are made); a block goes back to the shard of its
- * arena, whichever thread frees it. Arena slot k belongs to shard k % HUGE_SHARDS, so a
- * pointer's map entry names its shard before anything is read through it. */
+ * arena, whichever thread frees it. Arena slot k belongs to shard
+ * k % HUGE_SHARDS, so a pointer's map entry names its shard before anything
+ * is read through it. */
 
 typedef struct {
   _Alignas(64) hak_lock_t lock; /* its arenas, its run heap and what follows */
@@ -88,6 +90,7 @@ void huge_init(void) {
   for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
     run_heap_init(&sh->runs, UNIT_BITS);
     sh->runs.grid_probe = true;
+    atomic_store_explicit(&sh->next_arena, ARENA_FIRST, memory_order_relaxed);
   }
 }
 
@@ -110,8 +113,8 @@ static size_t cache_cap_pages(const shard_t *sh) {
  * refuses that much. Called without the lock; returns whether one was
  * added. */
 static bool arena_new(shard_t *sh, size_t n) {
-  size_t first = atomic_load_explicit(&sh->next_arena, memory_order_relaxed);
-  size_t need = align_up(n * ARENA_UNIT, REGION_SIZE), size = MAX(first ? first : ARENA_FIRST, need), mapped;
+  size_t need = align_up(n * ARENA_UNIT, REGION_SIZE), mapped;
+  size_t size = MAX(atomic_load_explicit(&sh->next_arena, memory_order_relaxed), need);
   char *base = region_space_window(ARENA_MAX, size, &mapped, MAP_NONE);
   if (base) {
     size = ARENA_MAX;
@@ -138,6 +141,7 @@ static bool arena_new(shard_t *sh, size_t n) {
     if (arenas[i] == NULL) k = i;
   if (k >= 0) {
     arenas[k] = a;
+    a->slot = k;
     map_set(base, size, (uint8_t)(MAP_ARENA + k));
   }
   hak_unlock(&huge_lock);
@@ -146,8 +150,7 @@ static bool arena_new(shard_t *sh, size_t n) {
     a->next = sh->arenas;
     sh->arenas = a;
     if (mapped < size) sh->growing = a;
-    size_t next = MAX(first, ARENA_FIRST);
-    if (mapped >= next) atomic_store_explicit(&sh->next_arena, MIN(mapped * 2, ARENA_MAX), memory_order_relaxed);
+    if (mapped >= sh->next_arena) atomic_store_explicit(&sh->next_arena, MIN(mapped * 2, ARENA_MAX), memory_order_relaxed);
   }
   hak_unlock(&sh->lock);
   if (k < 0) {
@@ -189,8 +192,7 @@ static size_t arenas_unmap_empty(shard_t *sh) {
     run_chunk_remove(&a->chunk);
     hak_lock(&huge_lock);
     map_set(a->base, a->size, MAP_NONE);
-    for (int k = 0; k < MAP_ARENAS; k++)
-      if (arenas[k] == a) arenas[k] = NULL;
+    arenas[a->slot] = NULL;
     hak_unlock(&huge_lock);
     if (sh->growing == a) sh->growing = NULL;
     a->next = gone;
@@ -349,14 +351,16 @@ static shard_t *shard_caching(const shard_t *sh, size_t n) {
 static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   size_t units = units_of(MAX(bytes, room)), took = 0, fresh = 0;
   uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
-  shard_t *sh = shard_mine(), *o;
+  shard_t *mine = shard_mine(), *sh = shard_caching(mine, units);
   run_t r;
-  bool ok = (o = shard_caching(sh, units)) != NULL && shard_place(o, units, a, bytes, false, &r, &took, &fresh);
-  if (ok) sh = o;
-  ok = ok || shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
-       (arena_new(sh, units + a - 1) && shard_place(sh, units, a, bytes, true, &r, &took, &fresh));
+  bool ok = sh != NULL && shard_place(sh, units, a, bytes, false, &r, &took, &fresh);
+  if (!ok) {
+    sh = mine;
+    ok = shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
+         (arena_new(sh, units + a - 1) && shard_place(sh, units, a, bytes, true, &r, &took, &fresh));
+  }
   for (int i = 0; i < HUGE_SHARDS && !ok; i++)
-    if (&shards[i] != sh) ok = shard_place(sh = &shards[i], units, a, bytes, false, &r, &took, &fresh);
+    if (&shards[i] != mine) ok = shard_place(sh = &shards[i], units, a, bytes, false, &r, &took, &fresh);
   if (!ok) return NULL;
   /* a hit: placed on cached pages more than on fresh ones */
   if (took > fresh) atomic_store_explicit(&sh->hit_ms, os_now_ms(), memory_order_relaxed);
