@@ -336,24 +336,35 @@ static bool shard_place(shard_t *sh, size_t units, uint32_t align, size_t bytes,
 }
 
 /* Where sh's BigCache holds fewer than n units: another shard whose cache
- * holds n (read without the locks), or NULL. */
-static shard_t *shard_caching(const shard_t *sh, size_t n) {
-  if (run_heap_dirty_bytes(&sh->runs) >> UNIT_BITS >= n) return NULL;
-  for (shard_t *o = shards; o < shards + HUGE_SHARDS; o++)
-    if (o != sh && run_heap_dirty_bytes(&o->runs) >> UNIT_BITS >= n) return o;
-  return NULL;
+ * holds n, or with most, the one that caches the most if more than
+ * sh's (read without the locks); else NULL. */
+static shard_t *shard_caching(const shard_t *sh, size_t n, bool most) {
+  size_t top = run_heap_dirty_bytes(&sh->runs) >> UNIT_BITS;
+  shard_t *best = NULL;
+  if (top >= n) return NULL;
+  for (shard_t *o = shards; o < shards + HUGE_SHARDS; o++) {
+    size_t k = run_heap_dirty_bytes(&o->runs) >> UNIT_BITS;
+    if (o == sh || k <= top) continue;
+    if (k >= n) return o;
+    top = k, best = o;
+  }
+  return most ? best : NULL;
 }
 
 /* A block in the thread's shard, which grows by a new arena where it must;
  * in another shard's cached units where its own cache holds too few (they
  * cost no page fault and no more memory), or where the OS refuses an
- * arena, in another shard's free units. */
+ * arena, in another shard's free units. A block of an arena's first size
+ * or more goes to the shard that caches the most, which grows for it: such
+ * blocks are few, each costs far more in page faults than in a lock shared
+ * with other threads, and one cache then serves them all. */
 static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   size_t units = units_of(MAX(bytes, room)), took = 0, fresh = 0;
   uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
-  shard_t *mine = shard_mine(), *sh = shard_caching(mine, units);
+  bool big = units >= ARENA_FIRST >> UNIT_BITS;
+  shard_t *mine = shard_mine(), *sh = shard_caching(mine, units, big);
   run_t r;
-  bool ok = sh != NULL && shard_place(sh, units, a, bytes, false, &r, &took, &fresh);
+  bool ok = sh != NULL && shard_place(sh, units, a, bytes, big, &r, &took, &fresh);
   if (!ok) {
     sh = mine;
     ok = shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
