@@ -94,11 +94,17 @@ void huge_init(void) {
   }
 }
 
-/* The BigCache's bound in units, less what the other shards cache. */
+size_t huge_cached_bytes(void) {
+  size_t n = 0;
+  for (int i = 0; i < HUGE_SHARDS; i++) n += run_heap_dirty_bytes(&shards[i].runs);
+  return n;
+}
+
+/* The BigCache's bound in units, less what the other shards cache (sh's
+ * own count holds still under its lock, which the caller holds). */
 static size_t cache_cap_pages(const shard_t *sh) {
-  size_t cap = ((size_t)policy_knob(KNOB_BIGCACHE_MB) << 20) >> UNIT_BITS, others = 0;
-  for (int i = 0; i < HUGE_SHARDS; i++)
-    if (&shards[i] != sh) others += run_heap_dirty_bytes(&shards[i].runs) >> UNIT_BITS;
+  size_t cap = ((size_t)policy_knob(KNOB_BIGCACHE_MB) << 20) >> UNIT_BITS;
+  size_t others = (huge_cached_bytes() - run_heap_dirty_bytes(&sh->runs)) >> UNIT_BITS;
   return cap > others ? cap - others : 0;
 }
 
@@ -292,12 +298,6 @@ size_t huge_cache_shrink(size_t bytes) {
   uint64_t now = os_now_ms();
   for (shard_t *sh = shards; sh < shards + HUGE_SHARDS && n < bytes; sh++)
     n += cache_purge(sh, now, UINT64_MAX, SIZE_MAX, (bytes - n + ARENA_UNIT - 1) >> UNIT_BITS);
-  return n;
-}
-
-size_t huge_cached_bytes(void) {
-  size_t n = 0;
-  for (int i = 0; i < HUGE_SHARDS; i++) n += run_heap_dirty_bytes(&shards[i].runs);
   return n;
 }
 
