@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/single_threaded.h>
 
 #include "api.h"
 #include "harden.h"
@@ -36,8 +37,17 @@ void hak_process_init(void) {
 }
 
 /* A child forked from a multi-threaded parent must find no lock held: every
- * lock is taken, in the order the allocator takes them, around fork. */
+ * lock is taken, in the order the allocator takes them, around fork. A
+ * process that never had a second thread (glibc's own flag) can hold none
+ * in another thread: its forks take none and write none of the locks'
+ * pages, each of which costs a page fault after a fork (in the child, a
+ * copy). */
+static bool fork_locked;
+
 static void fork_prepare(void) {
+  bool lock = !__libc_single_threaded;
+  if (fork_locked != lock) fork_locked = lock; /* no write when unchanged: its page too */
+  if (!lock) return;
   hak_lock(&purge_lock);
   heap_fork_lock(true);
   huge_fork_lock(true);
@@ -47,6 +57,7 @@ static void fork_prepare(void) {
 }
 
 static void fork_parent(void) {
+  if (!fork_locked) return;
   prof_fork_lock(false);
   map_fork_lock(false);
   region_fork_lock(false);
@@ -55,7 +66,10 @@ static void fork_parent(void) {
   hak_unlock(&purge_lock);
 }
 
+/* A child of a one-thread process finds every count and flag as it should
+ * be: its handlers write nothing either. */
 static void fork_child(void) {
+  if (!fork_locked) return;
   fork_parent();
   heap_fork_child();
   purge_fork_child();
