@@ -84,10 +84,15 @@ void prof_init(void) {
   if (prof_on || !hak_option_on(OPT_PROFILE)) return;
   long r = hak_option(OPT_PROFILE_RATE);
   rate = r > 0 ? (double)r : 512.0 * 1024;
+  if (!stackwalk_init()) {
+    out_t o = OUT_FD(2);
+    out_str(&o, "hakmem: HAKMEM_PROFILE: libgcc_s.so.1 (the stack unwinder) not found; not profiling\n");
+    out_flush(&o);
+    return;
+  }
   buckets = os_map(os_page_round(SITE_BUCKETS * sizeof *buckets));
   if (buckets == NULL) return;
   dl_iterate_phdr(find_self, (void *)(uintptr_t)prof_init);
-  stackwalk_init();
   prof_on = true;
 }
 

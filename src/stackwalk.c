@@ -2,10 +2,50 @@
 #define _GNU_SOURCE
 #include "stackwalk.h"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <unwind.h>
 
 #include "base.h"
+
+/* ---- libgcc ------------------------------------------------------------------ */
+
+/* libgcc's FDE search: exported by libgcc_s (GCC_3.0) and libgcc_eh, declared
+ * in no installed header. */
+struct dwarf_eh_bases {
+  void *tbase, *dbase, *func;
+};
+extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases);
+
+/* libgcc_s is not a dependency: loading it costs every process that preloads
+ * hakmem at start-up and at each fork, and only the profiler walks stacks.
+ * Its functions are weak references, there when the program loaded it (C++
+ * does), else opened by stackwalk_init. */
+#pragma weak _Unwind_Backtrace
+#pragma weak _Unwind_GetIP
+#pragma weak _Unwind_Find_FDE
+
+static struct {
+  _Unwind_Reason_Code (*backtrace)(_Unwind_Trace_Fn, void *);
+  _Unwind_Ptr (*get_ip)(struct _Unwind_Context *);
+  const void *(*find_fde)(void *, struct dwarf_eh_bases *);
+} gcc;
+
+static bool libgcc_open(void) {
+  if (gcc.backtrace != NULL) return true;
+  if (_Unwind_Backtrace != NULL && _Unwind_GetIP != NULL && _Unwind_Find_FDE != NULL) {
+    gcc.get_ip = _Unwind_GetIP, gcc.find_fde = _Unwind_Find_FDE;
+    gcc.backtrace = _Unwind_Backtrace;
+    return true;
+  }
+  void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h == NULL) return false;
+  gcc.get_ip = (_Unwind_Ptr(*)(struct _Unwind_Context *))dlsym(h, "_Unwind_GetIP");
+  gcc.find_fde = (const void *(*)(void *, struct dwarf_eh_bases *))dlsym(h, "_Unwind_Find_FDE");
+  if (gcc.get_ip == NULL || gcc.find_fde == NULL) return false;
+  gcc.backtrace = (_Unwind_Reason_Code(*)(_Unwind_Trace_Fn, void *))dlsym(h, "_Unwind_Backtrace");
+  return gcc.backtrace != NULL;
+}
 
 /* ---- libgcc's walk ---------------------------------------------------------- */
 
@@ -18,7 +58,7 @@ typedef struct {
 
 static _Unwind_Reason_Code on_frame(struct _Unwind_Context *ctx, void *arg) {
   walk_t *w = arg;
-  uintptr_t ip = _Unwind_GetIP(ctx);
+  uintptr_t ip = gcc.get_ip(ctx);
   if (ip == 0) return _URC_END_OF_STACK;
   w->pc[w->n++] = ip;
   return w->n == w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
@@ -36,7 +76,7 @@ static hak_noinline uint32_t walk_libgcc(uintptr_t *pc, uint32_t max, uintptr_t 
   uintptr_t buf[STACKWALK_MAX + INNER];
   max = MIN(max, (uint32_t)STACKWALK_MAX);
   walk_t w = {buf, 0, max + INNER};
-  _Unwind_Backtrace(on_frame, &w);
+  if (gcc.backtrace) gcc.backtrace(on_frame, &w);
   uint32_t first = 0;
   while (first < w.n && first < INNER && buf[first] != from) first++;
   if (first == w.n || buf[first] != from) first = 0;
@@ -227,18 +267,11 @@ static bool run_cfi(const uint8_t *p, const uint8_t *end, const cie_t *cie, uint
   return true;
 }
 
-/* libgcc's FDE search: exported by libgcc_s (GCC_3.0) and libgcc_eh, declared
- * in no installed header. */
-struct dwarf_eh_bases {
-  void *tbase, *dbase, *func;
-};
-extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases);
-
 /* The rule at code address pc, read from its FDE. */
 static uint64_t rule_read(uintptr_t pc) {
   atomic_fetch_add_explicit(&rules_read, 1, memory_order_relaxed);
   struct dwarf_eh_bases bases;
-  const uint8_t *f = _Unwind_Find_FDE((void *)pc, &bases);
+  const uint8_t *f = gcc.find_fde((void *)pc, &bases);
   if (f == NULL) return RULE_LIBGCC; /* no table: libgcc knows signal trampolines */
   const uint8_t *end = entry_end(&f);
   if (end == NULL) return RULE_LIBGCC;
@@ -283,8 +316,9 @@ static hak_lock_t table_lock;
 static unsigned long long unloads; /* the loader's count when the table was last emptied */
 
 bool stackwalk_init(void) {
+  if (!libgcc_open()) return false;
   if (table == NULL) table = os_map(SLOTS * sizeof *table);
-  return table != NULL;
+  return true;
 }
 
 void stackwalk_fork_lock(bool take) {

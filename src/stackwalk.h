@@ -23,8 +23,9 @@
 /* The deepest walk the libgcc path returns. */
 #define STACKWALK_MAX 64
 
-/* Maps the rule table; false when out of memory (walks then go through
- * libgcc alone). */
+/* Finds libgcc's unwinder (opening libgcc_s when the program has not) and
+ * maps the rule table (without it, walks go through libgcc alone). False
+ * when there is no libgcc: every walk then returns no frame. */
 bool stackwalk_init(void);
 /* Up to max return addresses of the calling thread's stack, innermost first,
  * starting with stackwalk's own return address. Returns how many. */
