@@ -43,7 +43,8 @@ typedef struct {
   void *head[LARGE_HOT_CLASSES]; /* freed last first */
   uint16_t n[LARGE_HOT_CLASSES];
   run_demand_t demand[LARGE_HOT_CLASSES]; /* each list's depth, from LARGE_HOT_DEPTH_MIN */
-  size_t bytes; /* in all lists (written by the owner; others read it with __atomic_load_n) */
+  void *held; /* the block above 256 KiB freed last, not merged yet (large.c) */
+  size_t bytes; /* in all lists and held (written by the owner; others read it with __atomic_load_n) */
   uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;
 

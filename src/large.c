@@ -111,31 +111,6 @@ size_t large_cached_bytes(void) {
   return sum;
 }
 
-void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
-  unsigned shift = os_page_log2();
-  size_t bytes = block_bytes(size, align);
-  uint32_t n = (uint32_t)(bytes >> shift), a = align > os_page_size() ? (uint32_t)(align >> shift) : 1;
-  if (n + a - 1 > (REGION_SIZE >> shift) - region_header_pages()) return NULL; /* no region is sure to hold it */
-  int c = a == 1 ? cache_class(bytes) : -1;
-  run_t r;
-  heap_lock(heap);
-  bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
-  uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
-  if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
-  while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, grid, &r);
-  if (ok) live_add(heap, 0, run_bytes(r));
-  heap_unlock(heap);
-  if (!ok) return NULL;
-  bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */
-  char *p = run_addr(r);
-  if (zero && r.dirty) {
-    if (size >= CALLOC_LOOK_MIN) os_zero(p, size);
-    else memset(p, 0, size);
-  }
-  stat_alloc(STAT_ROW_LARGE, bytes);
-  return p;
-}
-
 /* The run of Large block p (in a region, on no slab's unit, not cached), its
  * heap's lock taken (and the heap set); {NULL} (the lock not held) when p
  * does not start a block. */
@@ -206,6 +181,13 @@ static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const large_hot_
   h->n[c] = 0;
 }
 
+/* The run of b, a block on a list or held (an allocated run of the
+ * caller's heap). */
+static run_t listed_run(const void *b) {
+  run_chunk_t *ch = &region_of(b)->pages;
+  return run_at(ch, (uint32_t)((uintptr_t)((const char *)b - ch->base) >> os_page_log2()));
+}
+
 /* Sends class c's list back under the lock (held), as freed at now. */
 static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
   large_hot_t *h = &heap->lhot;
@@ -217,12 +199,77 @@ static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
     }
     h->head[c] = b->next;
     h->n[c]--;
-    run_chunk_t *ch = &region_of(b)->pages;
-    run_t r = run_at(ch, (uint32_t)((uintptr_t)((char *)b - ch->base) >> os_page_log2()));
+    run_t r = listed_run(b);
     /* off the lists' count before the live count: large_live_bytes never sees both */
     __atomic_store_n(&h->bytes, h->bytes - run_bytes(r), __ATOMIC_RELAXED);
     free_locked(heap, r, now, delay);
   }
+}
+
+/* ---- the owner's held block --------------------------------------------------
+ * A block above LARGE_CLASS_MAX that the owner frees is held, not merged
+ * (an allocated run still to every other thread), until its next malloc
+ * above LARGE_CLASS_MAX: that one takes it when it fits (HELD_SLACK), else
+ * large_alloc merges it into the free runs under the lock it takes anyway,
+ * and may place the new block on its pages. A program that frees and
+ * allocates buffers of one size skips both locks and the run heap; one of
+ * many sizes pays one lock less. One block only: held runs of other sizes
+ * would keep their resident pages from the next blocks. */
+#define HELD_SLACK 32 /* a held block serves a malloc of at least 1/32 less */
+
+/* The length of b, the held block, from its run's length word alone. */
+static size_t held_bytes(const large_hot_block_t *b) {
+  const run_chunk_t *ch = &region_of(b)->pages;
+  return (size_t)run_live_pages(ch, (uint32_t)((uintptr_t)((const char *)b - ch->base) >> os_page_log2())) << os_page_log2();
+}
+
+/* Holds b, the owner's block of bytes: 1, or 0 when it holds one already
+ * (or its bound), -1 when b is held (a double free). */
+static int held_put(large_hot_t *h, large_hot_block_t *b, size_t bytes) {
+  if (b == h->held) return -1;
+  if (h->held != NULL || h->bytes + bytes > LARGE_HOT_MAX_BYTES) return 0;
+  b->next = NULL;
+  b->tag = large_hot_tag(b, NULL);
+  h->held = b;
+  __atomic_store_n(&h->bytes, h->bytes + bytes, __ATOMIC_RELAXED);
+  stat_free(STAT_ROW_LARGE, bytes, true);
+  return 1;
+}
+
+/* The held block, for a malloc of size bytes (above LARGE_CLASS_MAX) that
+ * it fits; NULL, still held, when it does not (or holds none). */
+static void *held_take(large_hot_t *h, size_t size) {
+  large_hot_block_t *b = h->held;
+  if (b == NULL || size > LARGE_MAX) return NULL;
+  if (unlikely(!large_hot_intact(b))) { /* written after its free: dropped, as a broken list */
+    harden_list_broken(b);
+    __atomic_store_n(&h->bytes, h->bytes - held_bytes(b), __ATOMIC_RELAXED);
+    h->held = NULL;
+    return NULL;
+  }
+  size_t bytes = held_bytes(b), want = os_page_round(size);
+  if (bytes < want || bytes - want > want / HELD_SLACK) return NULL;
+  h->held = NULL;
+  b->tag = 0;
+  __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
+  stat_alloc(STAT_ROW_LARGE, bytes);
+  return b;
+}
+
+/* Merges the held block into the free runs (the lock held), as freed at now. */
+static void held_send(heap_t *heap, uint64_t now, long delay) {
+  large_hot_t *h = &heap->lhot;
+  large_hot_block_t *b = h->held;
+  if (b == NULL) return;
+  h->held = NULL;
+  run_t r = listed_run(b);
+  __atomic_store_n(&h->bytes, h->bytes - run_bytes(r), __ATOMIC_RELAXED);
+  if (unlikely(!large_hot_intact(b))) {
+    harden_list_broken(b); /* returns only to drop it */
+    return;
+  }
+  b->tag = 0;
+  free_locked(heap, r, now, delay);
 }
 
 /* When the blocks on the lists were freed, at the earliest: at the last
@@ -242,11 +289,38 @@ static void hot_drain(heap_t *heap, uint64_t now) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   heap_lock(heap);
   for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) hot_send(heap, c, freed, delay);
+  held_send(heap, freed, delay);
   heap_unlock(heap);
 }
 
+void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
+  unsigned shift = os_page_log2();
+  size_t bytes = block_bytes(size, align);
+  uint32_t n = (uint32_t)(bytes >> shift), a = align > os_page_size() ? (uint32_t)(align >> shift) : 1;
+  if (n + a - 1 > (REGION_SIZE >> shift) - region_header_pages()) return NULL; /* no region is sure to hold it */
+  int c = a == 1 ? cache_class(bytes) : -1;
+  run_t r;
+  heap_lock(heap);
+  if (heap->lhot.held) held_send(heap, os_now_ms(), policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
+  bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
+  uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
+  if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
+  while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, grid, &r);
+  if (ok) live_add(heap, 0, run_bytes(r));
+  heap_unlock(heap);
+  if (!ok) return NULL;
+  bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */
+  char *p = run_addr(r);
+  if (zero && r.dirty) {
+    if (size >= CALLOC_LOOK_MIN) os_zero(p, size);
+    else memset(p, 0, size);
+  }
+  stat_alloc(STAT_ROW_LARGE, bytes);
+  return p;
+}
+
 void *large_alloc_hot(heap_t *heap, size_t size) {
-  if (size > LARGE_CLASS_MAX) return NULL;
+  if (size > LARGE_CLASS_MAX) return held_take(&heap->lhot, size);
   unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   large_hot_t *h = &heap->lhot;
   if (c >= LARGE_HOT_CLASSES) return NULL;
@@ -271,14 +345,15 @@ static hak_noinline bool hot_listed(const large_hot_t *h, unsigned c, const larg
   return false;
 }
 
-/* The owner's free of p (on a unit no slab holds) onto its list: 1 when
- * kept, 0 when the locked path is to free it (not one of heap's blocks of a
- * hot class, list full), -1 when p is on the list already (a double free). */
+/* The owner's free of p (on a unit no slab holds) onto its list, or held:
+ * 1 when kept, 0 when the locked path is to free it (not one of heap's
+ * blocks of a hot class or above, list full), -1 when p is on the list
+ * already or held (a double free). */
 static int hot_push(heap_t *heap, void *p) {
-  size_t bytes;
+  size_t bytes = 0;
   unsigned c = HAKMEM_SECURE ? LARGE_HOT_CLASSES : large_hot_class_of(heap, p, os_page_log2(), &bytes);
   large_hot_t *h = &heap->lhot;
-  if (c >= LARGE_HOT_CLASSES) return 0;
+  if (c >= LARGE_HOT_CLASSES) return bytes > LARGE_CLASS_MAX ? held_put(h, p, bytes) : 0;
   large_hot_block_t *b = p;
   if (large_hot_intact(b) && hot_listed(h, c, b)) return -1;
   if (h->bytes + bytes > LARGE_HOT_MAX_BYTES) return 0;

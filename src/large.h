@@ -83,12 +83,14 @@ hak_inline void large_hot_put(large_hot_t *h, unsigned c, large_hot_block_t *b, 
 }
 
 /* The list of p, a live block of heap's own with pages of 1 << shift bytes,
- * and its size in *bytes; LARGE_HOT_CLASSES where it has none (not heap's,
- * not a block's start, above LARGE_CLASS_MAX). Reads the chunk's heap, not
- * the region's owner: a line that the length's read needs anyway. */
+ * and its size in *bytes (0: not heap's, not a block's start);
+ * LARGE_HOT_CLASSES where it has none (those, and blocks above
+ * LARGE_CLASS_MAX). Reads the chunk's heap, not the region's owner: a line
+ * that the length's read needs anyway. */
 hak_inline unsigned large_hot_class_of(const heap_t *heap, const void *p, unsigned shift, size_t *bytes) {
   const run_chunk_t *ch = &region_of(p)->pages;
   uintptr_t off = (uintptr_t)p - (uintptr_t)ch->base; /* below base: above REGION_SIZE */
+  *bytes = 0;
   if (__atomic_load_n(&ch->heap, __ATOMIC_RELAXED) != &heap->pages || off >= REGION_SIZE ||
       (off & (((uintptr_t)1 << shift) - 1)) != 0)
     return LARGE_HOT_CLASSES;

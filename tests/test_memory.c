@@ -818,20 +818,20 @@ static void test_arena_grow(void)
 
 static void test_large_grid(void)
 {
-  enum { SZ = 300 * 1024, GRID = 128 * 1024 };
+  enum { SZ = 300 * 1024, SZ2 = 280 * 1024, GRID = 128 * 1024 };
   char *a = A(malloc)(SZ), *b = A(malloc)(SZ), *c = A(malloc)(SZ);
   CHECK(a != NULL && b != NULL && c != NULL);
   a[0] = 1, b[0] = 2, c[0] = 3;
   A(free)(a);
   A(free)(b);
-  A(free)(c);
-  char *p = A(malloc)(SZ);
+  A(free)(c); /* held (large.c): a block of SZ2, shorter by more than a 32nd, merges it first */
+  char *p = A(malloc)(SZ2);
   CHECK(p != NULL);
-  CHECKF((uintptr_t)p % GRID == 0, "a %d KiB block on freed dirty pages at %p, not on a 128 KiB boundary", SZ / 1024,
+  CHECKF((uintptr_t)p % GRID == 0, "a %d KiB block on freed dirty pages at %p, not on a 128 KiB boundary", SZ2 / 1024,
          (void *)p);
   p[0] = 4;
   A(free)(p);
-  char *q = A(malloc)(SZ);
+  char *q = A(malloc)(SZ2);
   long f0 = minor_faults();
   q[0] = 5;
   long faults = minor_faults() - f0;
@@ -839,6 +839,39 @@ static void test_large_grid(void)
   CHECKF(faults == 0, "%ld page faults writing the first page of a block placed on a freed one's", faults);
   A(free)(q);
   printf("test_memory large_grid: blocks above 256 KiB on freed pages start on the 128 KiB grid: OK\n");
+}
+
+/* The block above 256 KiB freed last is held (large.c): the next malloc of
+ * its size, or up to a 32nd less, takes it without the lock; one it does not
+ * fit merges it first, and malloc_trim(0) returns its pages. */
+static void test_large_held(void)
+{
+  enum { SZ = 1 << 20, PAGE = 4096 };
+  char *anchor = A(malloc)(SZ), *p = A(malloc)(SZ);
+  CHECK(anchor != NULL && p != NULL);
+  memset(p, 1, SZ);
+  A(free)(p);
+  char *q = A(malloc)(SZ - 4 * PAGE);
+  CHECKF(q == p && A(malloc_usable_size)(q) == SZ, "malloc(1 MiB - 16 KiB) after free(1 MiB) came at %p (%zu B usable), "
+         "not as the freed block %p", (void *)q, A(malloc_usable_size)(q), (void *)p);
+  CHECK(q[64] == 1 && q[SZ - 4 * PAGE - 1] == 1); /* the same pages (the first words held the list's) */
+  A(free)(q);
+  char *r = A(malloc)(SZ / 2); /* shorter by half: the held block merged, not handed out */
+  CHECK(r != NULL);
+  CHECKF(A(malloc_usable_size)(r) < SZ, "malloc(512 KiB) got the held 1 MiB block whole (%zu B usable)",
+         A(malloc_usable_size)(r));
+  memset(r, 2, SZ / 2);
+  A(free)(r);
+  char *s = A(malloc)(SZ);
+  CHECK(s != NULL);
+  memset(s, 3, SZ);
+  A(free)(s);
+  size_t before = tu_rss();
+  CHECK(A(malloc_trim)(0) == 1);
+  size_t after = tu_rss();
+  CHECKF(after + SZ / 2 <= before, "malloc_trim(0) took %zu KiB back, not the held 1 MiB block", (before - after) / 1024);
+  A(free)(anchor);
+  printf("test_memory large_held: a freed 1 MiB block taken back at once, merged for a shorter one, trimmed: OK\n");
 }
 
 /* calloc on a freed block's pages: resident ones are zeroed in place (a
@@ -896,6 +929,7 @@ static const tu_case_t cases[] = {
   {"arena", test_arena, TU_BY_NAME},
   {"arena_grow", test_arena_grow, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
+  {"large_held", test_large_held, TU_BY_NAME},
   {"calloc", test_calloc, TU_BY_NAME},
 };
 
