@@ -566,6 +566,17 @@ static void *arena_move_out(shard_t *sh, void *p, run_t r, size_t old_usable, si
 }
 
 /* An own mapping resized in place or moved (its pages, not copied). */
+/* Maps the addresses after h's mapping up to size bytes, where nothing is
+ * mapped: its own pages may lie in several of the kernel's mappings (a
+ * block moved out of an arena, or moved in pieces), which mremap does not
+ * grow. */
+static bool own_extend(own_t *h, size_t size) {
+  bool taken;
+  if (size <= h->map_size || os_map_at(h->map + h->map_size, size - h->map_size, &taken) == NULL) return false;
+  h->map_size = size;
+  return true;
+}
+
 static own_t *own_resize(own_t *h, size_t bytes) {
   size_t offset = (size_t)(h->block - h->map), need = offset + bytes, old = h->map_size;
   if (need <= old) {
@@ -573,25 +584,24 @@ static own_t *own_resize(own_t *h, size_t bytes) {
       os_unmap(h->map + need, old - need);
       h->map_size = need;
     }
-  } else if (os_remap(h->map, old, reserve_for(need), NULL) != NULL) {
-    h->map_size = reserve_for(need);
-  } else if (os_remap(h->map, old, need, NULL) != NULL) {
-    h->map_size = need;
+  } else if (own_extend(h, reserve_for(need))) {
+    /* grown in place */
   } else {
     if (h->map + offset != h->block || (uintptr_t)h->map & (REGION_SIZE - 1)) return NULL;
     size_t want = reserve_for(need);
-    char *to = os_map_aligned(want, REGION_SIZE);
+    char *to = os_map_aligned(want, REGION_SIZE), *from = h->map;
     if (to == NULL) return NULL;
-    /* unmark first: once moved, the old range may be mapped (and marked)
+    /* unmark first: once unmapped, the old range may be mapped (and marked)
      * by another thread at once */
     map_set(h->block, 1, MAP_NONE);
     own_unlink(h);
-    if (os_remap(h->map, old, want, to) == NULL) {
+    if (!os_move_pages(from, old, to)) {
       own_link(h);
       map_set(h->block, 1, MAP_HUGE);
-      os_unmap(to, want);
+      os_unmap_untouched(to, want);
       return NULL;
     }
+    os_unmap_untouched(from, old);
     h = (own_t *)to;
     h->map = to;
     h->block = to + offset;

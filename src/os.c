@@ -90,7 +90,7 @@ static void *map_call(void *addr, size_t size, int flags, long *err) {
 }
 
 /* For ranges never touched: nothing to flush, so one call whatever the size. */
-static void unmap_untouched(void *p, size_t size) {
+void os_unmap_untouched(void *p, size_t size) {
   COUNT(OS_MUNMAP);
   MAP_CALL(SYS_munmap, p, size, 0, 0, 0, 0);
 }
@@ -104,7 +104,7 @@ void *os_map_at(void *addr, size_t size, bool *taken) {
   void *p = map_call(addr, size, MAP_FLAGS | MAP_FIXED_NOREPLACE, &err);
   *taken = err == EEXIST;
   if (p != NULL && p != addr) {
-    unmap_untouched(p, size);
+    os_unmap_untouched(p, size);
     p = NULL;
   }
   return p;
@@ -115,15 +115,15 @@ void *os_map_aligned(size_t size, size_t align) {
    * already aligned addresses. Otherwise over-map and trim both ends. */
   char *p = os_map(size);
   if (p == NULL || ((uintptr_t)p & (align - 1)) == 0) return p;
-  unmap_untouched(p, size);
+  os_unmap_untouched(p, size);
   size_t over = size + align;
   if (over < size) return NULL;
   char *q = os_map(over);
   if (q == NULL) return NULL;
   char *aligned = (char *)(((uintptr_t)q + align - 1) & ~(uintptr_t)(align - 1));
-  if (aligned > q) unmap_untouched(q, (size_t)(aligned - q));
+  if (aligned > q) os_unmap_untouched(q, (size_t)(aligned - q));
   size_t tail = (size_t)(q + over - (aligned + size));
-  if (tail) unmap_untouched(aligned + size, tail);
+  if (tail) os_unmap_untouched(aligned + size, tail);
   return aligned;
 }
 
@@ -170,11 +170,22 @@ bool os_protect_none(void *p, size_t size) {
 }
 
 /* MREMAP_DONTUNMAP (Linux 5.7; for every private anonymous mapping since
- * 5.13) leaves the source mapped, reading as untouched. */
+ * 5.13) leaves the source mapped, reading as untouched. mremap moves no
+ * range that spans two of the kernel's mappings (EFAULT), and pages moved
+ * in are one of their own (they keep their origin's offset): a range that
+ * fails so is halved until each piece lies in one, and a piece that cannot
+ * move at all sends the moved ones back, to places still mapped. */
 #define MOVE_DONTUNMAP 4
 bool os_move_pages(void *p, size_t size, void *to) {
   COUNT(OS_MREMAP);
-  return !failed(MAP_CALL(SYS_mremap, p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED | MOVE_DONTUNMAP, to, 0));
+  long r = MAP_CALL(SYS_mremap, p, size, size, MREMAP_MAYMOVE | MREMAP_FIXED | MOVE_DONTUNMAP, to, 0);
+  if (!failed(r)) return true;
+  size_t page = os_page_size(), half = (size / 2 + page - 1) & ~(page - 1);
+  if (r != -EFAULT || size <= page) return false;
+  if (!os_move_pages(p, half, to)) return false;
+  if (os_move_pages((char *)p + half, size - half, (char *)to + half)) return true;
+  os_move_pages(to, half, p);
+  return false;
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at) {

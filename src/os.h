@@ -36,6 +36,9 @@ void *os_map_at(void *addr, size_t size, bool *taken);
 void *os_map_aligned(size_t size, size_t align);
 /* Unmaps [p, p+size); page-aligned. */
 void os_unmap(void *p, size_t size);
+/* The same for a range that holds no page (never touched, or its pages
+ * moved out): one call whatever its size. */
+void os_unmap_untouched(void *p, size_t size);
 /* Returns [p, p+size) to the OS; the range stays mapped and reads back as
  * zeros. Page-aligned. Returns the bytes purged (0 when the call failed). */
 size_t os_purge(void *p, size_t size);

@@ -841,6 +841,34 @@ static void test_large_grid(void)
   printf("test_memory large_grid: blocks above 256 KiB on freed pages start on the 128 KiB grid: OK\n");
 }
 
+/* One block grown by small steps from 1 MiB to 64 MiB: past the arena it
+ * moves to a mapping of its own, which grows in place or moves its pages
+ * (in pieces where they lie in several of the kernel's mappings), never
+ * copies them: each page faults once, as the program writes it. */
+static void test_grow_huge(void)
+{
+  enum { STEP = 16 * 1024, FROM = 1 << 20, TO = 64 << 20 };
+  unsigned char *b = A(malloc)(FROM);
+  CHECK(b != NULL);
+  tu_fill(b, 0, FROM, 99);
+  long f0 = minor_faults();
+  for (size_t size = FROM; size < TO; size += STEP) {
+    unsigned char *nb = tu_launder(A(realloc)(b, size + STEP));
+    CHECKF(nb != NULL, "realloc(%zu)", size + STEP);
+    if (nb == NULL) break;
+    tu_fill(nb, size, size + STEP, 99);
+    b = nb;
+  }
+  long faults = minor_faults() - f0, pages = (TO - FROM) / 4096;
+  size_t bad = tu_verify(b, 0, TO, 99);
+  CHECKF(bad == (size_t)-1, "grown to %d MiB: byte %zu lost", TO >> 20, bad);
+  A(free)(b);
+  CHECKF(faults <= pages + pages / 8 + 512, "%ld page faults growing to %d MiB, %ld pages written: copied", faults,
+         TO >> 20, pages);
+  printf("test_memory grow_huge: 1 MiB grown 16 KiB at a time to %d MiB: %ld page faults for %ld pages: OK\n",
+         TO >> 20, faults, pages);
+}
+
 /* The block above 256 KiB freed last is held (large.c): the next malloc of
  * its size, or up to a 32nd less, takes it without the lock; one it does not
  * fit merges it first, and malloc_trim(0) returns its pages. */
@@ -930,6 +958,7 @@ static const tu_case_t cases[] = {
   {"arena_grow", test_arena_grow, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
   {"large_held", test_large_held, TU_BY_NAME},
+  {"grow_huge", test_grow_huge, 0},
   {"calloc", test_calloc, TU_BY_NAME},
 };
 
