@@ -381,7 +381,7 @@ def syscalls(path):
         cell[key, r["allocator"]] = main + (f" (+{other:,})" if other else "")
     L = section("System calls per run",
                 "Each case once per allocator under `strace -f -c -e trace=memory` (untimed): mmap / munmap / "
-                "madvise calls, and in brackets the other memory calls (mremap, mprotect, brk) where there were "
+                "madvise calls, and in brackets the other memory calls (mremap, mprotect, brk, mincore) where there were "
                 "any. All threads and child processes count; real programs count the measured program only "
                 "(redis: the server). larson and phases run for a set time, so a faster allocator makes more "
                 "calls there.") + table(["workload", "case"] + allocs, 2)

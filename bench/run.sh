@@ -368,7 +368,7 @@ if [ "$SYSCALLS" = 1 ] && [ $MODE != scale ]; then
         rc=$?
         if [ $rc -eq 0 ] && grep -q 'check=ok' "$TMP/out" && [ -s "$st" ]; then
           # strace -c rows: "% time, seconds, usecs/call, calls, [errors,] syscall"
-          res=$(awk '$NF ~ /^(mmap|munmap|madvise|mremap|mprotect|brk)$/ { printf "%s=%s ", $NF, $4 }' "$st")
+          res=$(awk '$NF ~ /^(mmap|munmap|madvise|mremap|mprotect|brk|mincore)$/ { printf "%s=%s ", $NF, $4 }' "$st")
           stat=ok
         else
           res= stat=FAIL
