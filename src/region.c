@@ -301,15 +301,8 @@ bool region_span_free(slab_t *s, uint64_t now) {
   return run_free((run_t){.chunk = &r->pages, .page = page, .pages = (uint32_t)(n * UNIT_SIZE >> shift)}, true, now);
 }
 
-/* A heap keeps one empty region besides the rest (run heap's kept): one
- * whose blocks come and go by a region's worth would hand it to the pool
- * and take it back, its header made again, at every turn. */
 bool region_spare(region_t *r) {
-  run_heap_t *h = r->pages.heap;
-  if (r->pages.used != 0 || (h->chunks == &r->pages && r->pages.next == NULL)) return false;
-  if (h->kept != NULL && h->kept != &r->pages && h->kept->used == 0) return true;
-  h->kept = &r->pages;
-  return false;
+  return r->pages.used == 0 && (r->pages.heap->chunks != &r->pages || r->pages.next != NULL);
 }
 
 void region_release(region_t *r, uint64_t now) {

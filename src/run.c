@@ -220,7 +220,6 @@ void run_chunk_remove(run_chunk_t *c) {
   else h->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
-  if (h->kept == c) h->kept = NULL;
 }
 
 /* ---- allocation ---------------------------------------------------------------------- */

@@ -70,7 +70,6 @@ struct run_heap_s {
   size_t dirty_pages; /* pages of dirty free runs (run_heap_dirty_bytes) */
   size_t free_pages;  /* pages of free runs */
   run_chunk_t *chunks;
-  run_chunk_t *kept; /* a chunk its owner keeps while empty (region.c); NULL once removed */
   unsigned page_shift;
   uint64_t grew_ms;   /* when a run last joined the dirty list's tail (run_heap_grew_ms) */
   /* run_alloc moves a block onto its grid past dirty pages only where none
