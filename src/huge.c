@@ -565,7 +565,6 @@ static void *arena_move_out(shard_t *sh, void *p, run_t r, size_t old_usable, si
   return to;
 }
 
-/* An own mapping resized in place or moved (its pages, not copied). */
 /* Maps the addresses after h's mapping up to size bytes, where nothing is
  * mapped: its own pages may lie in several of the kernel's mappings (a
  * block moved out of an arena, or moved in pieces), which mremap does not
@@ -577,6 +576,7 @@ static bool own_extend(own_t *h, size_t size) {
   return true;
 }
 
+/* An own mapping resized in place or moved (its pages, not copied). */
 static own_t *own_resize(own_t *h, size_t bytes) {
   size_t offset = (size_t)(h->block - h->map), need = offset + bytes, old = h->map_size;
   if (need <= old) {
