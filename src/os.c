@@ -188,13 +188,6 @@ bool os_move_pages(void *p, size_t size, void *to) {
   return false;
 }
 
-void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at) {
-  COUNT(OS_MREMAP);
-  long q = fixed_at ? MAP_CALL(SYS_mremap, p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fixed_at, 0)
-                    : MAP_CALL(SYS_mremap, p, old_size, new_size, 0, 0, 0);
-  return failed(q) ? NULL : (void *)q;
-}
-
 size_t os_page;
 unsigned os_page_shift;
 

@@ -51,13 +51,10 @@ void os_zero(void *p, size_t size);
 void os_populate(void *p, size_t size);
 /* Makes [p, p+size) inaccessible (a guard); page-aligned. */
 bool os_protect_none(void *p, size_t size);
-/* Resizes the mapping [p, p+old_size) in place, or with fixed_at moves it
- * there (replacing what was mapped). Returns the new address or NULL (the
- * old mapping is then unchanged). */
-void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed_at);
 /* Moves the pages of [p, p+size) to [to, to+size), replacing what was mapped
- * there; [p, p+size) stays mapped and reads as zeros. Returns false when the
- * kernel cannot (before Linux 5.7, or 5.13 for some mappings). */
+ * there, whatever mappings the range spans; [p, p+size) stays mapped and
+ * reads as zeros. Returns false, nothing moved, when the kernel cannot
+ * (before Linux 5.7, or 5.13 for some mappings). */
 bool os_move_pages(void *p, size_t size, void *to);
 
 /* System calls about memory made so far, by kind (statistics, and the
