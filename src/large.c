@@ -241,13 +241,13 @@ static int held_put(large_hot_t *h, large_hot_block_t *b, size_t bytes) {
 static void *held_take(large_hot_t *h, size_t size) {
   large_hot_block_t *b = h->held;
   if (b == NULL || size > LARGE_MAX) return NULL;
+  size_t bytes = held_bytes(b), want = os_page_round(size); /* its run's word, whatever its first ones hold */
   if (unlikely(!large_hot_intact(b))) { /* written after its free: dropped, as a broken list */
     harden_list_broken(b);
-    __atomic_store_n(&h->bytes, h->bytes - held_bytes(b), __ATOMIC_RELAXED);
+    __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
     h->held = NULL;
     return NULL;
   }
-  size_t bytes = held_bytes(b), want = os_page_round(size);
   if (bytes < want || bytes - want > want / HELD_SLACK) return NULL;
   h->held = NULL;
   b->tag = 0;
