@@ -599,20 +599,23 @@ void heap_slab_unfull(heap_t *heap, slab_t *s) {
 static uint32_t tc_limit(unsigned cls) { return MIN(MAX(TC_BYTES / hak_class_size[cls], TC_MIN), TC_MAX); }
 static uint32_t tc_grow_limit(unsigned cls) { return MIN(MAX(TC_GROW_BYTES / hak_class_size[cls], TC_MIN), TC_GROW_MAX); }
 
-/* Sends the blocks of list b (which ends at c's head) to their slabs' own
- * lists. Each is taken first, all of them before any goes: a block freed
- * twice, listed twice, is found (harden_list_broken: the rest is dropped)
- * and goes once. */
-static void tc_send(heap_t *heap, slab_t *c, block_t *b) {
+/* Sends up to max blocks of c's list, from b on, to their slabs' own
+ * lists, and returns the first block it left (c's end where the list ended
+ * or broke), with the count sent in *sent. Each is taken first, all of them
+ * before any goes: a block freed twice, listed twice, is found
+ * (harden_list_broken: the rest is dropped) and goes once. */
+static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint32_t *sent) {
   block_t *end = slab_end(c), *first = b;
   uint32_t n = 0;
-  for (; b != end; n++) {
+  for (; n < max && b != end; n++) {
     if (unlikely(!block_take(b))) {
       harden_list_broken(b); /* returns only to drop the rest */
+      b = end;
       break;
     }
     b = b->next;
   }
+  *sent = n;
   /* runs of blocks of one slab (freed in the order they were allocated)
    * go onto its list as they are linked */
   for (block_t *x = first; n;) {
@@ -627,21 +630,20 @@ static void tc_send(heap_t *heap, slab_t *c, block_t *b) {
     slab_give(heap, xs, x, tail, k);
     x = next;
   }
+  return b;
 }
 
-/* Full c sends the block freed before last home, while it is still in the
- * cache, and stays full: the next malloc still takes the block freed last. */
-static void tc_send_second(heap_t *heap, slab_t *c) {
-  block_t *b = c->free, *x = block_link_of(c, b);
-  if (unlikely(!block_take(x))) { /* the end of the list too */
-    harden_list_broken(x); /* returns only to drop the rest */
-    block_link(c, b, slab_end(c));
-    c->used = c->capacity - 1;
-    return;
-  }
-  block_link(c, b, block_link_of(c, x));
-  c->used = 1;
-  heap_free_local_slow(heap, slab_of(x), x);
+/* Full c sends the TC_SEND_RECENT blocks freed before its last to their
+ * slabs while they are still in the cache (an older half, sent instead, is
+ * walked again out of cache) and keeps the last for the next malloc: a run
+ * of frees calls here once in TC_SEND_RECENT frees, not at each. */
+#define TC_SEND_RECENT 8
+static void tc_send_recent(heap_t *heap, slab_t *c) {
+  block_t *b = c->free;
+  uint32_t sent;
+  block_t *rest = tc_send(heap, c, block_link_of(c, b), MIN(TC_SEND_RECENT, c->capacity / 2), &sent);
+  block_link(c, b, rest);
+  c->used = rest == slab_end(c) ? c->capacity - 1 : c->used + sent;
 }
 
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
@@ -659,9 +661,7 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   }
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
-  /* one block goes on while it is still warm: sending the older half, as
-   * this did, walked every block of it once more, out of cache */
-  tc_send_second(heap, c);
+  tc_send_recent(heap, c);
 }
 
 /* The tcache of cls empty, at its first capacity and refill size. */
@@ -678,7 +678,8 @@ static void tc_drain(heap_t *heap, unsigned cls) {
   block_t *b = c->free;
   if (b == NULL) return;
   tc_reset(heap, cls);
-  if (b != slab_end(c)) tc_send(heap, c, b);
+  uint32_t sent;
+  if (b != slab_end(c)) tc_send(heap, c, b, UINT32_MAX, &sent);
 }
 
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {

@@ -162,10 +162,9 @@ void heap_slab_unfull(heap_t *heap, slab_t *s);
 /* The tcache of a class holds capacity - used blocks, linked as a slab's
  * list. The owner's frees push onto it, so that the next malloc of the class
  * hands out the block freed last, still in the cache, whichever of its slabs
- * holds it; its blocks count as used in their slabs. A full one sends its
- * older half to their slabs (heap_tc_full; one grown past a cache's size,
- * the block freed before last), an empty one takes a batch from the
- * current slab. The secure build, whose links are keyed per slab, has
+ * holds it; its blocks count as used in their slabs. A full one doubles
+ * or sends the blocks freed just before the last to their slabs
+ * (heap_tc_full), an empty one takes a batch from the current slab. The secure build, whose links are keyed per slab, has
  * none: its frees go onto the slab's own list, as c = s. */
 hak_inline slab_t *heap_tc_of(heap_t *heap, slab_t *s) {
   return HAKMEM_SECURE ? s : (slab_t *)((char *)heap + s->tc_off);
