@@ -601,9 +601,9 @@ static uint32_t tc_grow_limit(unsigned cls) { return MIN(MAX(TC_GROW_BYTES / hak
 
 /* Sends up to max blocks of c's list, from b on, to their slabs' own
  * lists, and returns the first block it left (c's end where the list ended
- * or broke), with the count sent in *sent. Each is taken first, all of them
- * before any goes: a block freed twice, listed twice, is found
- * (harden_list_broken: the rest is dropped) and goes once. */
+ * or broke), with the count sent in *sent (when not NULL). Each is taken
+ * first, all of them before any goes: a block freed twice, listed twice, is
+ * found (harden_list_broken: the rest is dropped) and goes once. */
 static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint32_t *sent) {
   block_t *end = slab_end(c), *first = b;
   uint32_t n = 0;
@@ -615,7 +615,7 @@ static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint3
     }
     b = b->next;
   }
-  *sent = n;
+  if (sent) *sent = n;
   /* runs of blocks of one slab (freed in the order they were allocated)
    * go onto its list as they are linked */
   for (block_t *x = first; n;) {
@@ -678,8 +678,7 @@ static void tc_drain(heap_t *heap, unsigned cls) {
   block_t *b = c->free;
   if (b == NULL) return;
   tc_reset(heap, cls);
-  uint32_t sent;
-  if (b != slab_end(c)) tc_send(heap, c, b, UINT32_MAX, &sent);
+  if (b != slab_end(c)) tc_send(heap, c, b, UINT32_MAX, NULL);
 }
 
 static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {

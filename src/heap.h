@@ -163,9 +163,10 @@ void heap_slab_unfull(heap_t *heap, slab_t *s);
  * list. The owner's frees push onto it, so that the next malloc of the class
  * hands out the block freed last, still in the cache, whichever of its slabs
  * holds it; its blocks count as used in their slabs. A full one doubles
- * or sends the blocks freed just before the last to their slabs
- * (heap_tc_full), an empty one takes a batch from the current slab. The secure build, whose links are keyed per slab, has
- * none: its frees go onto the slab's own list, as c = s. */
+ * (after a refill) or sends the blocks freed just before the last to their
+ * slabs (heap_tc_full); an empty one takes a batch from the current slab.
+ * The secure build, whose links are keyed per slab, has none: its frees go
+ * onto the slab's own list, as c = s. */
 hak_inline slab_t *heap_tc_of(heap_t *heap, slab_t *s) {
   return HAKMEM_SECURE ? s : (slab_t *)((char *)heap + s->tc_off);
 }
