@@ -37,9 +37,14 @@ static hak_noinline void slow_tick(heap_t *heap) {
   uint64_t now = os_now_ms();
   if (now == tick_ms) return;
   tick_ms = now;
+  learn_active();
   if (heap != &hak_heap_empty) {
     heap_tick(heap, now);
     large_tick(heap, now);
+    large_hot_t *h = &heap->lhot; /* what malloc's fast path took from the Large lists */
+    learn_count(h->pushed, h->pushed_bytes);
+    h->pushed = 0;
+    h->pushed_bytes = 0;
   }
   learn_tick(0, now);
   purge_tick(now);
@@ -129,7 +134,7 @@ static void *alloc_small_as_run(size_t size, heap_t *heap, bool zero) {
  * exhausted slab, sizes above the small classes, alignment, zeroing. The
  * size comes first, where malloc received it: the fast path then needs no
  * register move before its tail call (and likewise p for free_slow). */
-static hak_noinline void *alloc_general(size_t size, heap_t *heap, size_t align, bool zero) {
+static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bool zero) {
   if (heap == &hak_heap_empty) {
     hak_process_init();
     if ((heap = heap_init_thread()) == NULL) {
@@ -137,7 +142,7 @@ static hak_noinline void *alloc_general(size_t size, heap_t *heap, size_t align,
       return NULL;
     }
     if (unlikely(heap_thread_exited())) { /* no destructor runs again: the heap goes back now */
-      void *p = alloc_general(size, heap, align, zero);
+      void *p = alloc_slow(size, heap, align, zero);
       int e = errno;
       heap_thread_done();
       errno = e;
@@ -173,29 +178,6 @@ static hak_noinline void *alloc_general(size_t size, heap_t *heap, size_t align,
   return p;
 }
 
-/* A Large block from the owner's hot list where that calls nothing: no
- * tick, no count for the learner and no profiler's sample due; NULL with
- * nothing changed else. */
-hak_inline void *alloc_large_quick(size_t size, heap_t *heap) {
-  learn_pending_t *q = &learn_pending;
-  if (prof_on || heap == &hak_heap_empty || ((slow_calls + 1) & (TICK_EVERY - 1)) == 0 || !learn_count_inline(q, true))
-    return NULL;
-  void *p = large_alloc_quick(heap, size);
-  if (p == NULL) return NULL;
-  slow_calls++;
-  q->n++;
-  q->bytes += size;
-  return p;
-}
-
-/* Everything malloc's fast path does not handle; a Large block the owner
- * freed last first, without a call. */
-static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bool zero) {
-  void *p;
-  if (size > SMALL_MAX && align <= MIN_ALIGN && !zero && (p = alloc_large_quick(size, heap)) != NULL) return p;
-  return alloc_general(size, heap, align, zero);
-}
-
 /* ---- fast paths ------------------------------------------------------------- */
 
 /* slow: the path taken where the fast one fails (alloc_slow, or C++ new's).
@@ -213,6 +195,10 @@ hak_inline void *alloc_fast(size_t size, void *(*slow)(size_t, heap_t *, size_t,
     if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
   } else if (size <= SMALL_MAX) {
     s = hak_tls_view.mid[(size + 255) >> 8];
+    b = s->free;
+    if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
+  } else if (size <= VIEW_LARGE_MAX) {
+    s = hak_tls_view.large[(size + 4095) >> 12];
     b = s->free;
     if (likely(slab_take(s, b))) return slab_pop_taken(s, b);
   }

@@ -27,7 +27,11 @@ static __thread bool heap_exited __attribute__((tls_model("initial-exec")));
 #define HEAPLESS_FREES 16
 static __thread uint32_t heapless_frees __attribute__((tls_model("initial-exec")));
 __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec"))) = {
-    .direct = {[0 ... DIRECT_MAX / 8] = &hak_slab_empty}, .mid = {[0 ... SMALL_MAX / 256] = &hak_slab_empty}};
+    .direct = {[0 ... DIRECT_MAX / 8] = &hak_slab_empty},
+    .mid = {[0 ... SMALL_MAX / 256] = &hak_slab_empty},
+    .large = {[0 ... VIEW_LARGE_MAX / 4096] = &hak_slab_empty}};
+uint8_t heap_large_view_class[VIEW_LARGE_MAX / 4096 + 1];
+bool heap_large_view_ok;
 
 static hak_lock_t heaps_lock;
 static heap_t *abandoned;         /* under heaps_lock */
@@ -76,12 +80,25 @@ static void view_set(unsigned cls, slab_t *s) {
   for (size_t i = (MAX(prev, DIRECT_MAX) >> 8) + 1; i <= size >> 8; i++) hak_tls_view.mid[i] = s;
 }
 
-/* The calling thread's view starts or stops showing heap h's active[]. A
- * thread with no heap sees &hak_slab_empty for every class, so only the
- * classes h has a view of are written. */
-static void view_bind(const heap_t *h, bool bind) {
+/* Points the view's entries of Large list c at s. */
+static void view_set_large(unsigned c, slab_t *s) {
+  for (size_t n = 0; n <= VIEW_LARGE_MAX / 4096; n++)
+    if (heap_large_view_class[n] == c) hak_tls_view.large[n] = s;
+}
+
+/* The calling thread's view starts or stops showing heap h's active[] and
+ * its Large lists shown. A thread with no heap sees &hak_slab_empty for
+ * every class, so only the classes h has a view of are written. */
+static void view_bind(heap_t *h, bool bind) {
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++)
     if (h->active[cls] != &hak_slab_empty) view_set(cls, bind ? h->active[cls] : &hak_slab_empty);
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++)
+    if (h->lhot.shown >> c & 1) view_set_large(c, bind ? &h->lhot.list[c] : &hak_slab_empty);
+}
+
+void heap_show_large(heap_t *heap, unsigned c, bool show) {
+  heap->lhot.shown = show ? heap->lhot.shown | 1u << c : heap->lhot.shown & ~(1u << c);
+  if (heap == hak_tls_heap) view_set_large(c, show ? &heap->lhot.list[c] : &hak_slab_empty);
 }
 
 /* Points the fast paths of class cls at s (a slab, a proxy, or the heap's

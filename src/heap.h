@@ -35,18 +35,31 @@ typedef struct {
 /* The Large blocks of the classes up to 256 KiB that the owner freed last,
  * a list per class through the blocks themselves that only the owner
  * touches, without the lock: still allocated runs to every other thread
- * (large.c). A list's depth follows its demand, as the tcache's does. */
+ * (large.c). Each list has a tcache's shape (heap_tc_of): a free bit in
+ * every link, its end at its head's own address, and used counting the room
+ * left below cap, so that malloc's fast path takes from it as from a small
+ * class's, through the view. A list's cap follows its demand, as the
+ * tcache's does; a list is open once its head is set (never: NULL). */
 #define LARGE_HOT_CLASSES 24
 #define LARGE_HOT_DEPTH 256
 #define LARGE_HOT_DEPTH_MIN 2
 typedef struct {
-  void *head[LARGE_HOT_CLASSES]; /* freed last first */
-  uint16_t n[LARGE_HOT_CLASSES];
-  run_demand_t demand[LARGE_HOT_CLASSES]; /* each list's depth, from LARGE_HOT_DEPTH_MIN */
+  slab_t list[LARGE_HOT_CLASSES];
+  uint16_t cap[LARGE_HOT_CLASSES]; /* blocks and room */
+  run_demand_t demand[LARGE_HOT_CLASSES]; /* each list's cap, from LARGE_HOT_DEPTH_MIN */
+  uint32_t shown; /* bit c: list c is in the view (heap_show_large) */
+  uint32_t full_skip; /* frees to turn away before the bound is counted again (large.c) */
+  uint32_t pushed; /* blocks put on the lists since the learner counted them */
+  size_t pushed_bytes; /* their bytes, up to the last count */
   void *held; /* the block above 256 KiB freed last, not merged yet (large.c) */
-  size_t bytes; /* in all lists and held (written by the owner; others read it with __atomic_load_n) */
+  /* in all lists and held, as the owner last counted them (large.c's
+   * hot_sync, at least at each of its ticks: malloc's fast path takes
+   * blocks without counting); others read it with __atomic_load_n */
+  size_t bytes;
+  size_t unsynced; /* bytes pushed since that count */
   uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;
+_Static_assert(LARGE_HOT_CLASSES <= 32, "shown has a bit per list");
 
 _Static_assert(NUM_CLASSES <= 64, "gathered_classes has a bit per class");
 
@@ -119,20 +132,33 @@ extern heap_t hak_heap_empty;
 extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
 
 /* malloc's view of the thread's heap: active[] of each size's class, by
- * (size + 7) / 8 up to DIRECT_MAX and by (size + 255) / 256 beyond, so that
- * malloc needs no class lookup. It lives in TLS, not in the heap, so that
+ * (size + 7) / 8 up to DIRECT_MAX and by (size + 255) / 256 beyond, then
+ * the Large lists by 4 KiB pages, so that malloc needs no class lookup. It lives in TLS, not in the heap, so that
  * malloc reads it at a fixed offset from the thread pointer without loading
  * the heap's address first. Only the thread running the heap writes it
  * (heap_set_active); a thread with no heap sees every entry empty. */
+#define VIEW_LARGE_MAX ((size_t)256 * 1024)
 typedef struct {
   slab_t *direct[DIRECT_MAX / 8 + 1];
   slab_t *mid[SMALL_MAX / 256 + 1];
+  slab_t *large[VIEW_LARGE_MAX / 4096 + 1]; /* by 4 KiB pages: the Large lists (heap_show_large) */
   /* the profiling library's count (alloc.c): bytes before the next sample,
    * beside the view so that malloc reaches both from one address */
   int64_t sample_left;
   bool sampling; /* the count has started */
 } heap_view_t;
 extern __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec")));
+/* The Large list of a malloc of n 4 KiB pages, n up to VIEW_LARGE_MAX / 4096
+ * (LARGE_HOT_CLASSES: none, and for every n where pages are not 4 KiB):
+ * large_init fills it, the view's entries follow it. */
+extern uint8_t heap_large_view_class[VIEW_LARGE_MAX / 4096 + 1];
+/* Whether the view may show Large lists: pages of 4 KiB, and no count that
+ * every malloc must make (statistics, the profiler's samples). large_init
+ * sets it, the profiler clears it. */
+extern bool heap_large_view_ok;
+/* Shows heap's Large list c (open) in malloc's view, or hides it; heap is
+ * the calling thread's. */
+void heap_show_large(heap_t *heap, unsigned c, bool show);
 
 hak_inline heap_t *heap_get(void) { return hak_tls_heap; }
 

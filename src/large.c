@@ -75,6 +75,9 @@ void large_init(void) {
   }
   for (size_t n = 1; n <= (LARGE_CLASS_MAX >> shift); n++) large_hot_for_pages[n] = large_hot_of_pages[fit_pages[n]];
   for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) large_hot_bytes[c] = class_bytes(c);
+  heap_large_view_ok = !HAKMEM_SECURE && shift == 12 && !hak_stats_enabled;
+  for (size_t n = 0; n <= VIEW_LARGE_MAX / 4096; n++)
+    heap_large_view_class[n] = shift == 12 && n ? large_hot_for_pages[n] : LARGE_HOT_CLASSES;
 }
 
 /* The tables hold LARGE_CLASS_MAX >> page shift entries (fewer than LARGE_HOT_TABLE
@@ -95,20 +98,6 @@ static void live_add(heap_t *heap, size_t removed, size_t added) {
   __atomic_store_n(&heap->large_live, heap->large_live + added - removed, __ATOMIC_RELAXED);
   if (heap->large_live > heap->large_peak) heap->large_peak = heap->large_live;
   heap->large_classed += (added <= LARGE_CLASS_MAX ? added : 0) - (removed <= LARGE_CLASS_MAX ? removed : 0);
-}
-
-size_t large_live_bytes(void) {
-  size_t sum = 0; /* blocks on the owners' lists are freed, though allocated runs */
-  for (heap_t *h = heap_all(); h; h = h->next_all)
-    sum += __atomic_load_n(&h->large_live, __ATOMIC_RELAXED) - __atomic_load_n(&h->lhot.bytes, __ATOMIC_RELAXED);
-  return sum;
-}
-
-size_t large_cached_bytes(void) {
-  size_t sum = 0;
-  for (heap_t *h = heap_all(); h; h = h->next_all)
-    sum += __atomic_load_n(&h->lhot.bytes, __ATOMIC_RELAXED) + (__atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) << os_page_log2());
-  return sum;
 }
 
 /* The run of Large block p (in a region, on no slab's unit, not cached), its
@@ -171,14 +160,16 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
 _Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(LARGE_CLASS_MAX / SMALL_MAX) * 8, "the classes up to LARGE_CLASS_MAX");
 _Static_assert(LARGE_HOT_DEPTH <= UINT16_MAX && LARGE_HOT_DEPTH - LARGE_HOT_DEPTH_MIN <= UINT8_MAX, "counts fit");
 
-/* A list found written to at b: one line (abort unless HAKMEM_ON_ERROR=
- * report), and the list is dropped, its blocks lost rather than handed out
+/* Blocks on list c. */
+static uint32_t hot_n(const large_hot_t *h, unsigned c) { return h->cap[c] - h->list[c].used; }
+
+/* List c, found written to at b: one line (abort unless HAKMEM_ON_ERROR=
+ * report), and the list is emptied, its blocks lost rather than handed out
  * twice. */
-static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const large_hot_block_t *b) {
+static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const block_t *b) {
   harden_list_broken(b);
-  __atomic_store_n(&h->bytes, h->bytes - h->n[c] * large_hot_bytes[c], __ATOMIC_RELAXED);
-  h->head[c] = NULL;
-  h->n[c] = 0;
+  h->list[c].free = slab_end(&h->list[c]);
+  h->list[c].used = h->cap[c];
 }
 
 /* The run of b, a block on a list or held (an allocated run of the
@@ -188,21 +179,25 @@ static run_t listed_run(const void *b) {
   return run_at(ch, (uint32_t)((uintptr_t)((const char *)b - ch->base) >> os_page_log2()));
 }
 
+/* A block of list c taken off, off the lists' count (which may not hold it
+ * yet: the pushes since the last count are in h->unsynced). */
+static void hot_count_off(large_hot_t *h, unsigned c) {
+  __atomic_store_n(&h->bytes, h->bytes > large_hot_bytes[c] ? h->bytes - large_hot_bytes[c] : 0, __ATOMIC_RELAXED);
+}
+
 /* Sends class c's list back under the lock (held), as freed at now. */
 static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
   large_hot_t *h = &heap->lhot;
-  while (h->head[c]) {
-    large_hot_block_t *b = h->head[c];
-    if (!large_hot_intact(b)) {
+  slab_t *l = &h->list[c];
+  while (l->free != NULL && slab_has_free(l)) {
+    block_t *b = l->free;
+    if (!block_take(b)) {
       hot_broken(h, c, b);
       return;
     }
-    h->head[c] = b->next;
-    h->n[c]--;
-    run_t r = listed_run(b);
-    /* off the lists' count before the live count: large_live_bytes never sees both */
-    __atomic_store_n(&h->bytes, h->bytes - run_bytes(r), __ATOMIC_RELAXED);
-    free_locked(heap, r, now, delay);
+    slab_pop_taken(l, b);
+    hot_count_off(h, c); /* before the live count: large_live_bytes never sees both */
+    free_locked(heap, listed_run(b), now, delay);
   }
 }
 
@@ -223,11 +218,38 @@ static size_t held_bytes(const large_hot_block_t *b) {
   return (size_t)run_live_pages(ch, (uint32_t)((uintptr_t)((const char *)b - ch->base) >> os_page_log2())) << os_page_log2();
 }
 
+/* Counts what the lists and the held block hold into h->bytes: malloc's
+ * fast path takes from the lists without counting, their pushes count
+ * into h->unsynced. */
+static void hot_sync(large_hot_t *h) {
+  size_t sum = h->held ? held_bytes(h->held) : 0;
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) sum += (size_t)hot_n(h, c) * large_hot_bytes[c];
+  __atomic_store_n(&h->bytes, sum, __ATOMIC_RELAXED);
+  h->pushed_bytes += h->unsynced;
+  h->unsynced = 0;
+}
+
+/* Whether bytes more fit the lists' bound, counted afresh when the count
+ * kept says no; lists found full turn the next HOT_FULL_SKIP frees away
+ * without counting (each count reads every list's head). */
+#define HOT_FULL_SKIP 16
+static bool hot_fits(large_hot_t *h, size_t bytes) {
+  if (h->bytes + h->unsynced + bytes <= LARGE_HOT_MAX_BYTES) return true;
+  if (h->full_skip) {
+    h->full_skip--;
+    return false;
+  }
+  hot_sync(h);
+  bool fits = h->bytes + bytes <= LARGE_HOT_MAX_BYTES;
+  if (!fits) h->full_skip = HOT_FULL_SKIP;
+  return fits;
+}
+
 /* Holds b, the owner's block of bytes: 1, or 0 when it holds one already
  * (or its bound), -1 when b is held (a double free). */
 static int held_put(large_hot_t *h, large_hot_block_t *b, size_t bytes) {
   if (b == h->held) return -1;
-  if (h->held != NULL || h->bytes + bytes > LARGE_HOT_MAX_BYTES) return 0;
+  if (h->held != NULL || !hot_fits(h, bytes)) return 0;
   b->next = NULL;
   b->tag = large_hot_tag(b, NULL);
   h->held = b;
@@ -272,6 +294,15 @@ static void held_send(heap_t *heap, uint64_t now, long delay) {
   free_locked(heap, r, now, delay);
 }
 
+/* No room left on any list: purging at once, every free goes to the
+ * locked path. */
+static void hot_close(large_hot_t *h) {
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) {
+    h->cap[c] = (uint16_t)hot_n(h, c);
+    h->list[c].used = 0;
+  }
+}
+
 /* When the blocks on the lists were freed, at the earliest: at the last
  * drain, or the last tick that found them empty. They age in the cache
  * from then, so that no block stays resident more than about a purge delay
@@ -285,12 +316,39 @@ static uint64_t hot_freed_ms(const heap_t *heap, uint64_t now) {
 static void hot_drain(heap_t *heap, uint64_t now) {
   uint64_t freed = hot_freed_ms(heap, now);
   heap->lhot.drained_ms = now;
+  hot_sync(&heap->lhot);
   if (heap->lhot.bytes == 0) return;
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   heap_lock(heap);
   for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) hot_send(heap, c, freed, delay);
   held_send(heap, freed, delay);
   heap_unlock(heap);
+  hot_sync(&heap->lhot);
+}
+
+/* The calling thread's own lists counted now (the others' as their owners
+ * last counted them). */
+static void hot_sync_own(void) {
+  heap_t *heap = heap_get();
+  if (heap != &hak_heap_empty) hot_sync(&heap->lhot);
+}
+
+size_t large_live_bytes(void) {
+  hot_sync_own();
+  size_t sum = 0; /* blocks on the owners' lists are freed, though allocated runs */
+  for (heap_t *h = heap_all(); h; h = h->next_all) {
+    size_t live = __atomic_load_n(&h->large_live, __ATOMIC_RELAXED), hot = __atomic_load_n(&h->lhot.bytes, __ATOMIC_RELAXED);
+    sum += live > hot ? live - hot : 0; /* hot as of the owner's last count */
+  }
+  return sum;
+}
+
+size_t large_cached_bytes(void) {
+  hot_sync_own();
+  size_t sum = 0;
+  for (heap_t *h = heap_all(); h; h = h->next_all)
+    sum += __atomic_load_n(&h->lhot.bytes, __ATOMIC_RELAXED) + (__atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) << os_page_log2());
+  return sum;
 }
 
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
@@ -324,60 +382,87 @@ void *large_alloc_hot(heap_t *heap, size_t size) {
   unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   large_hot_t *h = &heap->lhot;
   if (c >= LARGE_HOT_CLASSES) return NULL;
-  large_hot_block_t *b = h->head[c];
-  if (b == NULL) {
+  slab_t *l = &h->list[c];
+  if (l->free == NULL || !slab_has_free(l)) {
     run_demand_missed(&h->demand[c], LARGE_HOT_DEPTH_MIN, LARGE_HOT_DEPTH);
     return NULL;
   }
-  if (unlikely(!large_hot_intact(b))) {
+  block_t *b = l->free;
+  if (unlikely(!block_take(b))) {
     hot_broken(h, c, b);
+    hot_sync(h);
     return NULL;
   }
-  large_hot_take(h, c, b);
+  slab_pop_taken(l, b);
+  hot_count_off(h, c);
   stat_alloc(STAT_ROW_LARGE, large_hot_bytes[c]);
   return b;
 }
 
-/* Whether b is on class c's list: a tagged block's free. */
-static hak_noinline bool hot_listed(const large_hot_t *h, unsigned c, const large_hot_block_t *b) {
-  for (const large_hot_block_t *x = h->head[c]; x && large_hot_intact(x); x = x->next)
+/* Whether b, tagged as a listed block, is on list l: a double free. */
+static hak_noinline bool hot_listed(const slab_t *l, const block_t *b) {
+  for (const block_t *x = l->free; x != slab_end(l) && ((uintptr_t)x->next & BLOCK_FREE_BIT); x = block_link_of(l, x))
     if (x == b) return true;
   return false;
 }
 
+/* Opens list c of heap, the calling thread's (its first free), and shows it
+ * in the view where the view may show it. */
+static void hot_open(heap_t *heap, unsigned c) {
+  slab_t *l = &heap->lhot.list[c];
+  l->free = slab_end(l);
+  l->used = heap->lhot.cap[c] = 0;
+  if (heap_large_view_ok && !hak_stats_enabled) heap_show_large(heap, c, true);
+}
+
+/* Hides heap's lists from the view, once statistics or the profiler count
+ * every malloc (both may start after a list was shown). */
+static hak_noinline void hot_hide(heap_t *heap) {
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++)
+    if (heap->lhot.shown >> c & 1) heap_show_large(heap, c, false);
+}
+
 /* The owner's free of p (on a unit no slab holds) onto its list, or held:
  * 1 when kept, 0 when the locked path is to free it (not one of heap's
- * blocks of a hot class or above, list full), -1 when p is on the list
- * already or held (a double free). */
+ * blocks of a hot class or above, the list at its demand's cap), -1 when p
+ * is listed or held already (a double free). */
 static int hot_push(heap_t *heap, void *p) {
   size_t bytes = 0;
   unsigned c = HAKMEM_SECURE ? LARGE_HOT_CLASSES : large_hot_class_of(heap, p, os_page_log2(), &bytes);
   large_hot_t *h = &heap->lhot;
   if (c >= LARGE_HOT_CLASSES) return bytes > LARGE_CLASS_MAX ? held_put(h, p, bytes) : 0;
-  large_hot_block_t *b = p;
-  if (large_hot_intact(b) && hot_listed(h, c, b)) return -1;
-  if (h->bytes + bytes > LARGE_HOT_MAX_BYTES) return 0;
-  if (h->n[c] >= run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN)) { /* past its demand: to the locked path */
+  if (unlikely(h->shown && (!heap_large_view_ok || hak_stats_enabled))) hot_hide(heap);
+  slab_t *l = &h->list[c];
+  if (l->free == NULL) hot_open(heap, c);
+  if (large_hot_listed_look(p) && hot_listed(l, p)) return -1;
+  if (!hot_fits(h, bytes)) return 0;
+  uint32_t n = hot_n(h, c), cap = run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN);
+  if (n >= cap) { /* past its demand: to the locked path */
     run_demand_turned_away(&h->demand[c], LARGE_HOT_DEPTH_MIN);
     return 0;
   }
-  large_hot_put(h, c, b, bytes);
+  /* room for large_free_quick up to the demand; none where each free is
+   * counted (statistics), nor where pages are not the 4 KiB it assumes */
+  h->cap[c] = (uint16_t)(hak_stats_enabled || os_page_log2() != 12 ? n + 1 : cap);
+  l->used = h->cap[c] - n;
+  large_hot_put(h, l, p, bytes);
   stat_free(STAT_ROW_LARGE, bytes, true);
   return 1;
 }
+
+bool large_free_hot(heap_t *heap, void *p) { return policy_knob(KNOB_PURGE_DELAY_MS) != 0 && hot_push(heap, p) > 0; }
 
 bool large_class_kept(size_t bytes) {
   heap_t *heap = heap_get();
   int c = bytes > SMALL_MAX ? cache_class(bytes) : -1;
   if (c < 0 || heap == &hak_heap_empty) return false;
-  if (c < LARGE_HOT_CLASSES && heap->lhot.head[c]) return true;
+  if (c < LARGE_HOT_CLASSES && heap->lhot.list[c].free != NULL && slab_has_free(&heap->lhot.list[c])) return true;
   heap_lock(heap);
   bool cached = heap->lcache.n[c] != 0;
   heap_unlock(heap);
   return cached;
 }
 
-bool large_free_hot(heap_t *heap, void *p) { return policy_knob(KNOB_PURGE_DELAY_MS) != 0 && hot_push(heap, p) > 0; }
 
 bool large_free(void *p) {
   heap_t *heap = heap_get();
@@ -397,6 +482,8 @@ bool large_free(void *p) {
 #define HOT_TICK_MIN_MS 50
 void large_tick(heap_t *heap, uint64_t now) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  if (delay == 0) hot_close(&heap->lhot);
+  hot_sync(&heap->lhot);
   if (heap->lhot.bytes == 0) {
     heap->lhot.drained_ms = now; /* what is pushed from now on was freed after it */
     return;

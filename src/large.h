@@ -22,6 +22,7 @@
 #define LARGE_CLASS_MAX ((size_t)256 * 1024)
 #define LARGE_HOT_MAX_BYTES ((size_t)16 << 20)
 #define LARGE_HOT_TABLE (LARGE_CLASS_MAX / 4096)
+_Static_assert(VIEW_LARGE_MAX == LARGE_CLASS_MAX, "malloc's view shows every list");
 
 /* Makes the pool's tables (once, at start-up). */
 void large_init(void);
@@ -32,28 +33,35 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
  * kept for the next block of its class. False when p is not one. */
 bool large_free(void *p);
 /* The owner's malloc of size bytes (a Large size, no alignment, not zeroed)
- * from the blocks it freed last, without the lock; NULL when it keeps none
- * of the size's class. */
+ * from the blocks it freed last, where malloc's fast path did not take one
+ * (its view does not show the list); NULL when it keeps none of the size's
+ * class. */
 void *large_alloc_hot(heap_t *heap, size_t size);
 /* The owner's free of p, a Large block of its own (or any pointer into a
  * region, whose unit holds no slab), kept for its mallocs; false when the
  * locked path is to free it (large_free). */
 bool large_free_hot(heap_t *heap, void *p);
-/* ---- the hot lists, inline for malloc's and free's slow paths ----------------- */
+/* ---- the hot lists, inline for free's slow path ------------------------------ */
 
-/* A block on a hot list: the next one (NULL ends the list) and a tag of
- * both addresses. A pop follows a link only under its tag, so that a write
- * to a freed block is caught before its link is followed; a free that
- * finds its block tagged looks for it on the list (a double free). */
+/* A block on a list, or held: its link and a tag of both words. The held
+ * block's link is NULL, and its tag catches a write to it after its free
+ * before a malloc takes it; a listed block's link is a list link (free bit
+ * set), and its tag tells a free that finds one (a double free, or the
+ * program's own word) whether to look for the block on its list. */
 typedef struct large_hot_block_s {
   struct large_hot_block_s *next;
   uintptr_t tag;
 } large_hot_block_t;
 #define LARGE_HOT_TAG_MIX ((uintptr_t)0x6c61726765686f74ull)
-hak_inline uintptr_t large_hot_tag(const large_hot_block_t *b, const large_hot_block_t *next) {
+hak_inline uintptr_t large_hot_tag(const void *b, const void *next) {
   return (uintptr_t)b ^ (uintptr_t)next ^ LARGE_HOT_TAG_MIX;
 }
 hak_inline bool large_hot_intact(const large_hot_block_t *b) { return b->tag == large_hot_tag(b, b->next); }
+/* Whether b, freed, looks like a block on a list: its link's free bit and
+ * its tag (the program's own words seldom have both). */
+hak_inline bool large_hot_listed_look(const large_hot_block_t *b) {
+  return ((uintptr_t)b->next & BLOCK_FREE_BIT) && large_hot_intact(b);
+}
 
 /* By page count up to LARGE_CLASS_MAX (large_init): the list of a block of
  * n pages, and of a malloc of n pages (LARGE_HOT_CLASSES: none); a list's
@@ -61,26 +69,6 @@ hak_inline bool large_hot_intact(const large_hot_block_t *b) { return b->tag == 
 extern uint8_t large_hot_of_pages[LARGE_HOT_TABLE + 1];
 extern uint8_t large_hot_for_pages[LARGE_HOT_TABLE + 1];
 extern size_t large_hot_bytes[LARGE_HOT_CLASSES];
-
-/* Takes b, the head of class c's list (intact). */
-hak_inline void large_hot_take(large_hot_t *h, unsigned c, large_hot_block_t *b) {
-  h->head[c] = b->next;
-  /* the next block's first line, which the next malloc of the class reads
-   * and the program writes: page-aligned, those lines share few L1 sets */
-  if (b->next) __builtin_prefetch(b->next, 1);
-  h->n[c]--;
-  b->tag = 0;
-  __atomic_store_n(&h->bytes, h->bytes - large_hot_bytes[c], __ATOMIC_RELAXED);
-}
-
-/* Puts b, a block of bytes, on class c's list. */
-hak_inline void large_hot_put(large_hot_t *h, unsigned c, large_hot_block_t *b, size_t bytes) {
-  b->next = h->head[c];
-  b->tag = large_hot_tag(b, b->next);
-  h->head[c] = b;
-  h->n[c]++;
-  __atomic_store_n(&h->bytes, h->bytes + bytes, __ATOMIC_RELAXED);
-}
 
 /* The list of p, a live block of heap's own with pages of 1 << shift bytes,
  * and its size in *bytes (0: not heap's, not a block's start);
@@ -99,38 +87,36 @@ hak_inline unsigned large_hot_class_of(const heap_t *heap, const void *p, unsign
   return pages <= (LARGE_CLASS_MAX >> shift) ? large_hot_of_pages[pages] : LARGE_HOT_CLASSES;
 }
 
-/* large_alloc_hot where it calls nothing: the owner's malloc of size bytes
- * from its list, or NULL with nothing changed where it would call (an empty
- * or broken list, statistics on): large_alloc_hot then decides. */
-hak_inline void *large_alloc_quick(heap_t *heap, size_t size) {
-  size_t page = os_page;
-  if (size > LARGE_CLASS_MAX || page == 0 || hak_stats_enabled) return NULL;
-  unsigned c = large_hot_for_pages[(size + page - 1) >> os_page_shift];
-  if (c >= LARGE_HOT_CLASSES) return NULL;
-  large_hot_t *h = &heap->lhot;
-  large_hot_block_t *b = h->head[c];
-  if (b == NULL || !large_hot_intact(b)) return NULL;
-  large_hot_take(h, c, b);
-  return b;
+/* Pushes b, a block of bytes, on list l of h (with room). A block freed
+ * twice is caught when a malloc takes it: its link lost its free bit. The
+ * learner counts the block as allocated here, since malloc's fast path,
+ * which takes it, counts nothing. */
+hak_inline void large_hot_put(large_hot_t *h, slab_t *l, block_t *b, size_t bytes) {
+  block_link(l, b, l->free);
+  ((large_hot_block_t *)b)->tag = large_hot_tag(b, b->next);
+  l->free = b;
+  l->used--;
+  h->unsynced += bytes;
+  h->pushed++;
 }
 
 /* large_free_hot where it calls nothing: true when p went on its list;
- * false with nothing changed where that would call (a tagged block, a
- * list at its demand's depth, the strategy not read yet, statistics on):
- * large_free_hot then decides. */
+ * false with nothing changed where that would call (a list full or not
+ * open, the lists at their bound as last counted, p tagged as a listed
+ * block, which may be a double free): large_free_hot then decides. A list
+ * has room only where a free needs nothing more (hot_push): not with
+ * statistics on, nor with purging at once (large_tick). */
 hak_inline bool large_free_quick(heap_t *heap, void *p) {
-  if (HAKMEM_SECURE || hak_stats_enabled || __atomic_load_n(&policy_running, __ATOMIC_ACQUIRE) < 0 ||
-      __atomic_load_n(&policy_knobs[KNOB_PURGE_DELAY_MS], __ATOMIC_RELAXED) == 0)
-    return false;
   size_t bytes;
-  unsigned c = large_hot_class_of(heap, p, os_page_shift, &bytes);
+  /* 4 KiB pages: with others no list has room (hot_push), whatever class
+   * this finds */
+  unsigned c = HAKMEM_SECURE ? LARGE_HOT_CLASSES : large_hot_class_of(heap, p, 12, &bytes);
   if (c >= LARGE_HOT_CLASSES) return false;
   large_hot_t *h = &heap->lhot;
-  large_hot_block_t *b = p;
-  if (large_hot_intact(b) || h->bytes + bytes > LARGE_HOT_MAX_BYTES ||
-      h->n[c] >= run_demand_depth(&h->demand[c], LARGE_HOT_DEPTH_MIN))
-    return false;
-  large_hot_put(h, c, b, bytes);
+  slab_t *l = &h->list[c];
+  const large_hot_block_t *b = p;
+  if (l->used == 0 || h->bytes + h->unsynced + bytes > LARGE_HOT_MAX_BYTES || large_hot_listed_look(b)) return false;
+  large_hot_put(h, l, p, bytes);
   return true;
 }
 
@@ -162,10 +148,12 @@ hak_inline size_t large_live_size(const void *p) {
 bool large_resize(void *p, size_t size);
 
 /* Bytes of Large blocks live now, all heaps (each counts its own, so that
- * no Large operation writes a line that other threads write). */
+ * no Large operation writes a line that other threads write; another
+ * thread's lists as its last tick counted them). */
 size_t large_live_bytes(void);
 /* Bytes of freed Large blocks the heaps keep for reuse (their lists and
- * caches), all heaps; read without their locks. */
+ * caches), all heaps; read without their locks (another thread's lists as
+ * its last tick counted them). */
 size_t large_cached_bytes(void);
 
 #endif

@@ -38,15 +38,22 @@ typedef struct {
 } learn_pending_t;
 extern __thread learn_pending_t learn_pending __attribute__((tls_model("initial-exec")));
 /* Whether q counts one allocation more inline: no batch and no idle
- * stretch's end due, learning on (read: the quick test calls nothing). */
-hak_inline bool learn_count_inline(const learn_pending_t *q, bool quick) {
-  return q->n + 1 < LEARN_COUNT_BATCH && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) < 0 &&
-         (quick ? hak_option_on_read(OPT_LEARN) : hak_option_on(OPT_LEARN));
+ * stretch's end due, learning on. */
+hak_inline bool learn_count_inline(const learn_pending_t *q) {
+  return q->n + 1 < LEARN_COUNT_BATCH && __atomic_load_n(&learn_resume_to, __ATOMIC_RELAXED) < 0 && hak_option_on(OPT_LEARN);
+}
+/* n Large allocations of bytes in all, counted after they were made (the
+ * blocks malloc's fast path takes from the Large lists, as they go on):
+ * added to the thread's count, which learn_tick adds to the process's. */
+hak_inline void learn_count(uint32_t n, size_t bytes) {
+  if (n == 0 || !hak_option_on(OPT_LEARN)) return;
+  learn_pending.n += n;
+  learn_pending.bytes += bytes;
 }
 /* learn_tick(bytes, 0) for an allocation of bytes, inline while nothing is due. */
 hak_inline void learn_alloc(size_t bytes) {
   learn_pending_t *q = &learn_pending;
-  if (likely(learn_count_inline(q, false))) {
+  if (likely(learn_count_inline(q))) {
     q->n++;
     q->bytes += bytes;
     return;

@@ -35,10 +35,6 @@ hak_inline long hak_option(hak_option_t opt) {
   return hak_option_slow(opt);
 }
 hak_inline bool hak_option_on(hak_option_t opt) { return hak_option(opt) != 0; }
-/* Whether the option is read and set, without a call (false while unread). */
-hak_inline bool hak_option_on_read(hak_option_t opt) {
-  return __atomic_load_n(&hak_option_read[opt], __ATOMIC_ACQUIRE) && hak_option_values[opt] != 0;
-}
 /* A string option's value ("" when unset). */
 const char *hak_option_str(hak_option_t opt);
 /* A path option's value with each "%p" replaced by the process id, into buf

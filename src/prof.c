@@ -8,6 +8,7 @@
 #include <link.h>
 
 #include "harden.h"
+#include "heap.h"
 #include "options.h"
 #include "os.h"
 #include "out.h"
@@ -93,6 +94,7 @@ void prof_init(void) {
   buckets = os_map(os_page_round(SITE_BUCKETS * sizeof *buckets));
   if (buckets == NULL) return;
   dl_iterate_phdr(find_self, (void *)(uintptr_t)prof_init);
+  heap_large_view_ok = false; /* every Large malloc counts towards the next sample */
   prof_on = true;
 }
 
