@@ -160,6 +160,9 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
 _Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(LARGE_CLASS_MAX / SMALL_MAX) * 8, "the classes up to LARGE_CLASS_MAX");
 _Static_assert(LARGE_HOT_DEPTH <= UINT16_MAX && LARGE_HOT_DEPTH - LARGE_HOT_DEPTH_MIN <= UINT8_MAX, "counts fit");
 
+/* Whether list l is open (its head set at its first free) and holds a block. */
+static bool hot_holds(const slab_t *l) { return l->free != NULL && slab_has_free(l); }
+
 /* Blocks on list c. */
 static uint32_t hot_n(const large_hot_t *h, unsigned c) { return h->cap[c] - h->list[c].used; }
 
@@ -189,7 +192,7 @@ static void hot_count_off(large_hot_t *h, unsigned c) {
 static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
   large_hot_t *h = &heap->lhot;
   slab_t *l = &h->list[c];
-  while (l->free != NULL && slab_has_free(l)) {
+  while (hot_holds(l)) {
     block_t *b = l->free;
     if (!block_take(b)) {
       hot_broken(h, c, b);
@@ -235,6 +238,7 @@ static void hot_sync(large_hot_t *h) {
 #define HOT_FULL_SKIP 16
 static bool hot_fits(large_hot_t *h, size_t bytes) {
   if (h->bytes + h->unsynced + bytes <= LARGE_HOT_MAX_BYTES) return true;
+  if (bytes > LARGE_HOT_MAX_BYTES) return false;
   if (h->full_skip) {
     h->full_skip--;
     return false;
@@ -383,7 +387,7 @@ void *large_alloc_hot(heap_t *heap, size_t size) {
   large_hot_t *h = &heap->lhot;
   if (c >= LARGE_HOT_CLASSES) return NULL;
   slab_t *l = &h->list[c];
-  if (l->free == NULL || !slab_has_free(l)) {
+  if (!hot_holds(l)) {
     run_demand_missed(&h->demand[c], LARGE_HOT_DEPTH_MIN, LARGE_HOT_DEPTH);
     return NULL;
   }
@@ -456,7 +460,7 @@ bool large_class_kept(size_t bytes) {
   heap_t *heap = heap_get();
   int c = bytes > SMALL_MAX ? cache_class(bytes) : -1;
   if (c < 0 || heap == &hak_heap_empty) return false;
-  if (c < LARGE_HOT_CLASSES && heap->lhot.list[c].free != NULL && slab_has_free(&heap->lhot.list[c])) return true;
+  if (c < LARGE_HOT_CLASSES && hot_holds(&heap->lhot.list[c])) return true;
   heap_lock(heap);
   bool cached = heap->lcache.n[c] != 0;
   heap_unlock(heap);

@@ -87,10 +87,9 @@ hak_inline unsigned large_hot_class_of(const heap_t *heap, const void *p, unsign
   return pages <= (LARGE_CLASS_MAX >> shift) ? large_hot_of_pages[pages] : LARGE_HOT_CLASSES;
 }
 
-/* Pushes b, a block of bytes, on list l of h (with room). A block freed
- * twice is caught when a malloc takes it: its link lost its free bit. The
- * learner counts the block as allocated here, since malloc's fast path,
- * which takes it, counts nothing. */
+/* Pushes b, a block of bytes, on list l of h (with room), tagged for
+ * large_hot_listed_look. The learner counts the block as allocated here,
+ * since malloc's fast path, which takes it, counts nothing. */
 hak_inline void large_hot_put(large_hot_t *h, slab_t *l, block_t *b, size_t bytes) {
   block_link(l, b, l->free);
   ((large_hot_block_t *)b)->tag = large_hot_tag(b, b->next);
