@@ -133,10 +133,11 @@ extern __thread heap_t *hak_tls_heap __attribute__((tls_model("initial-exec")));
 
 /* malloc's view of the thread's heap: active[] of each size's class, by
  * (size + 7) / 8 up to DIRECT_MAX and by (size + 255) / 256 beyond, then
- * the Large lists by 4 KiB pages, so that malloc needs no class lookup. It lives in TLS, not in the heap, so that
- * malloc reads it at a fixed offset from the thread pointer without loading
- * the heap's address first. Only the thread running the heap writes it
- * (heap_set_active); a thread with no heap sees every entry empty. */
+ * the Large lists by 4 KiB pages, so that malloc needs no class lookup. It
+ * lives in TLS, not in the heap, so that malloc reads it at a fixed offset
+ * from the thread pointer without loading the heap's address first. Only
+ * the thread running the heap writes it (heap_set_active,
+ * heap_show_large); a thread with no heap sees every entry empty. */
 #define VIEW_LARGE_MAX ((size_t)256 * 1024)
 typedef struct {
   slab_t *direct[DIRECT_MAX / 8 + 1];
