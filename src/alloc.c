@@ -42,9 +42,11 @@ static hak_noinline void slow_tick(heap_t *heap) {
     heap_tick(heap, now);
     large_tick(heap, now);
     large_hot_t *h = &heap->lhot; /* what malloc's fast path took from the Large lists */
-    learn_count(h->pushed, h->pushed_bytes);
-    h->pushed = 0;
-    h->pushed_bytes = 0;
+    if (h->pushed > 0 && h->pushed_bytes > 0) {
+      learn_count((uint32_t)h->pushed, (size_t)h->pushed_bytes);
+      h->pushed = 0;
+      h->pushed_bytes = 0;
+    }
   }
   learn_tick(0, now);
   purge_tick(now);

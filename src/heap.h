@@ -49,8 +49,11 @@ typedef struct {
   run_demand_t demand[LARGE_HOT_CLASSES]; /* each list's cap, from LARGE_HOT_DEPTH_MIN */
   uint32_t shown; /* bit c: list c is in the view (heap_show_large) */
   uint32_t full_skip; /* frees to turn away before the bound is counted again (large.c) */
-  uint32_t pushed; /* blocks put on the lists since the learner counted them */
-  size_t pushed_bytes; /* their bytes, up to the last count */
+  /* blocks put on the lists since the learner counted them, less those that
+   * left other than by malloc's fast path (taken on a slow path, which
+   * counts its own, sent to the cache, lost): below 0, carried */
+  int32_t pushed;
+  int64_t pushed_bytes; /* their bytes, up to the last count */
   void *held; /* the block above 256 KiB freed last, not merged yet (large.c) */
   /* in all lists and held, as the owner last counted them (large.c's
    * hot_sync, at least at each of its ticks: malloc's fast path takes

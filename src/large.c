@@ -171,6 +171,9 @@ static uint32_t hot_n(const large_hot_t *h, unsigned c) { return h->cap[c] - h->
  * twice. */
 static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const block_t *b) {
   harden_list_broken(b);
+  uint32_t lost = hot_n(h, c);
+  h->pushed -= (int32_t)lost;
+  h->pushed_bytes -= (int64_t)(lost * large_hot_bytes[c]);
   h->list[c].free = slab_end(&h->list[c]);
   h->list[c].used = h->cap[c];
 }
@@ -182,10 +185,13 @@ static run_t listed_run(const void *b) {
   return run_at(ch, (uint32_t)((uintptr_t)((const char *)b - ch->base) >> os_page_log2()));
 }
 
-/* A block of list c taken off, off the lists' count (which may not hold it
- * yet: the pushes since the last count are in h->unsynced). */
+/* A block of list c taken off other than by malloc's fast path: off the
+ * lists' count (which may not hold it yet: the pushes since the last count
+ * are in h->unsynced) and off the learner's, which counted it at its push. */
 static void hot_count_off(large_hot_t *h, unsigned c) {
   __atomic_store_n(&h->bytes, h->bytes > large_hot_bytes[c] ? h->bytes - large_hot_bytes[c] : 0, __ATOMIC_RELAXED);
+  h->pushed--;
+  h->pushed_bytes -= (int64_t)large_hot_bytes[c];
 }
 
 /* Sends class c's list back under the lock (held), as freed at now. */
@@ -228,7 +234,7 @@ static void hot_sync(large_hot_t *h) {
   size_t sum = h->held ? held_bytes(h->held) : 0;
   for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) sum += (size_t)hot_n(h, c) * large_hot_bytes[c];
   __atomic_store_n(&h->bytes, sum, __ATOMIC_RELAXED);
-  h->pushed_bytes += h->unsynced;
+  h->pushed_bytes += (int64_t)h->unsynced;
   h->unsynced = 0;
 }
 
