@@ -59,14 +59,16 @@ static size_t block_bytes_of(size_t size, size_t align) {
  * every Large allocation and free asks. */
 static uint8_t fit_pages[LARGE_HOT_TABLE + 1]; /* pages of the block for n pages asked */
 static int8_t class_of_pages[LARGE_HOT_TABLE + 1];
-uint8_t large_hot_of_pages[LARGE_HOT_TABLE + 1]; /* hot list of a block of n pages; LARGE_HOT_CLASSES: none */
+uint8_t large_hot_of_pages[LARGE_HOT_OF_TABLE]; /* hot list of a block of n pages; LARGE_HOT_CLASSES: none */
 uint8_t large_hot_for_pages[LARGE_HOT_TABLE + 1]; /* the same for a malloc of n pages */
 size_t large_hot_bytes[LARGE_HOT_CLASSES];
 
 void large_init(void) {
   heap_abandon_hook = large_hot_release;
   unsigned shift = os_page_log2();
-  large_hot_of_pages[0] = LARGE_HOT_CLASSES; /* a page that starts no live run: inside a block, or freed */
+  /* 0: a page that starts no live run (inside a block, or freed); above
+   * LARGE_CLASS_MAX: a block that no list holds */
+  __builtin_memset(large_hot_of_pages, LARGE_HOT_CLASSES, sizeof large_hot_of_pages);
   for (size_t n = 1; n <= (LARGE_CLASS_MAX >> shift); n++) {
     fit_pages[n] = (uint8_t)(block_bytes_of(n << shift, 0) >> shift);
     class_of_pages[n] = (int8_t)cache_class_of(n << shift);

@@ -63,10 +63,11 @@ hak_inline bool large_hot_listed_look(const large_hot_block_t *b) {
   return ((uintptr_t)b->next & BLOCK_FREE_BIT) && large_hot_intact(b);
 }
 
-/* By page count up to LARGE_CLASS_MAX (large_init): the list of a block of
- * n pages, and of a malloc of n pages (LARGE_HOT_CLASSES: none); a list's
- * block size. */
-extern uint8_t large_hot_of_pages[LARGE_HOT_TABLE + 1];
+/* By page count (large_init): the list of a block of n pages, for every
+ * length a region's run may have (LARGE_HOT_CLASSES: none), and of a malloc
+ * of n pages up to LARGE_CLASS_MAX; a list's block size. */
+#define LARGE_HOT_OF_TABLE (REGION_SIZE / 4096)
+extern uint8_t large_hot_of_pages[LARGE_HOT_OF_TABLE];
 extern uint8_t large_hot_for_pages[LARGE_HOT_TABLE + 1];
 extern size_t large_hot_bytes[LARGE_HOT_CLASSES];
 
@@ -82,9 +83,11 @@ hak_inline unsigned large_hot_class_of(const heap_t *heap, const void *p, unsign
   if (__atomic_load_n(&ch->heap, __ATOMIC_RELAXED) != &heap->pages || off >= REGION_SIZE ||
       (off & (((uintptr_t)1 << shift) - 1)) != 0)
     return LARGE_HOT_CLASSES;
-  uint32_t pages = run_live_pages(ch, (uint32_t)(off >> shift));
+  /* p at or above base and below the region's end: a page the chunk was
+   * added with, whose word holds 0 or a run's length, within the table */
+  uint32_t pages = run_chunk_live(ch, (uint32_t)(off >> shift));
   *bytes = (size_t)pages << shift;
-  return pages <= (LARGE_CLASS_MAX >> shift) ? large_hot_of_pages[pages] : LARGE_HOT_CLASSES;
+  return large_hot_of_pages[pages];
 }
 
 /* Pushes b, a block of bytes, on list l of h (with room), tagged for

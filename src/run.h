@@ -154,6 +154,12 @@ hak_inline uint32_t run_live_pages(const run_chunk_t *c, uint32_t page) {
   uint32_t n = __atomic_load_n(&c->live[page], __ATOMIC_RELAXED);
   return n <= c->pages - page ? n : 0;
 }
+/* run_live_pages for a page below the length c was added with (its live
+ * words cover that, whatever its limit or a later lower length): one read,
+ * no bound. */
+hak_inline uint32_t run_chunk_live(const run_chunk_t *c, uint32_t page) {
+  return __atomic_load_n(&c->live[page], __ATOMIC_RELAXED);
+}
 /* The allocated run that starts at page of c; {NULL} when none does. */
 run_t run_at(run_chunk_t *c, uint32_t page);
 
