@@ -552,30 +552,6 @@ static void heap_drop_cur(heap_t *heap, unsigned cls) {
   heap_set_active(heap, cls, &heap->empty);
 }
 
-/* Takes the slabs that received remote frees and moves their blocks to
- * their free lists. A wiped slab is taken back once the thread that wiped
- * it has returned its pages (it holds the lock until then). */
-static void heap_collect_remote(heap_t *heap) {
-  slab_t *s = atomic_exchange_explicit(&heap->inbox.top, NULL, memory_order_acquire);
-  if (s) {
-    atomic_fetch_add_explicit(&heap->collects, 1, memory_order_relaxed);
-    atomic_store_explicit(&heap->unclaimed, 0, memory_order_relaxed);
-  }
-  while (s) {
-    slab_t *next = s->remote_next; /* read first: s may be pushed again at once */
-    bool wiped;
-    if (slab_collect_remote(s, HAKMEM_SECURE ? NULL : &heap->tc[s->cls], &wiped)) {
-      if (wiped) heap_lock(heap), heap_unlock(heap);
-      if (slab_owner(s) & SLAB_F_FULL) {
-        slab_clear_full(s);
-        queue_push(heap, s);
-      }
-      if (s->used == 0) heap_slab_empty(heap, s);
-    }
-    s = next;
-  }
-}
-
 /* The chain head..tail of n of s's blocks, linked, goes onto s's list. */
 static void slab_give(heap_t *heap, slab_t *s, block_t *head, block_t *tail, uint32_t n) {
   if (slab_owner(s) & SLAB_F_FULL) {
@@ -615,6 +591,38 @@ void heap_slab_unfull(heap_t *heap, slab_t *s) {
 #define TC_BATCH_MIN 8
 static uint32_t tc_limit(unsigned cls) { return MIN(MAX(TC_BYTES / hak_class_size[cls], TC_MIN), TC_MAX); }
 static uint32_t tc_grow_limit(unsigned cls) { return MIN(MAX(TC_GROW_BYTES / hak_class_size[cls], TC_MIN), TC_GROW_MAX); }
+
+/* Takes the slabs that received remote frees and moves their blocks to
+ * their free lists; with to_tc, to their class's tcache first where it has
+ * grown (the thread frees batches of the class itself, and allocates as
+ * many), whose next mallocs then take them without a refill's walk of a
+ * slab's list. Not with sampling's proxies, which are cut from the slabs'
+ * lists, nor in the secure build. A wiped slab is taken back once the
+ * thread that wiped it has returned its pages (it holds the lock until
+ * then). */
+static void heap_collect_remote(heap_t *heap, bool to_tc) {
+  slab_t *s = atomic_exchange_explicit(&heap->inbox.top, NULL, memory_order_acquire);
+  to_tc = to_tc && !HAKMEM_SECURE && heap->proxy == NULL;
+  if (s) {
+    atomic_fetch_add_explicit(&heap->collects, 1, memory_order_relaxed);
+    atomic_store_explicit(&heap->unclaimed, 0, memory_order_relaxed);
+  }
+  while (s) {
+    slab_t *next = s->remote_next; /* read first: s may be pushed again at once */
+    bool wiped;
+    slab_t *tc = &heap->tc[s->cls];
+    bool to = to_tc && tc->free != NULL && tc->capacity > tc_limit(s->cls);
+    if (slab_collect_remote(s, HAKMEM_SECURE ? NULL : tc, to ? tc : NULL, &wiped)) {
+      if (wiped) heap_lock(heap), heap_unlock(heap);
+      if (slab_owner(s) & SLAB_F_FULL) {
+        slab_clear_full(s);
+        queue_push(heap, s);
+      }
+      if (s->used == 0) heap_slab_empty(heap, s);
+    }
+    s = next;
+  }
+}
 
 /* Sends up to max blocks of c's list, from b on, to their slabs' own
  * lists, and returns the first block it left (c's end where the list ended
@@ -721,7 +729,7 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
   heap->carved = 0;
   /* Blocks other threads freed go out again before fresh ones are carved. */
-  if (!slab_has_free(s) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap);
+  if (!slab_has_free(s) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap, false);
   if (heap_slab_ready(heap, s)) return s;
   if (s != &hak_slab_empty) heap_set_aside_cur(heap, cls);
   slab_queue_t *q = &heap->queue[cls];
@@ -742,6 +750,12 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
 static void *heap_tc_alloc(heap_t *heap, unsigned cls) {
   slab_t *c = &heap->tc[cls];
   block_t *b = c->free;
+  /* where heap_find_slab would collect (the current slab dry): the blocks
+   * other threads freed, onto the tcache first */
+  if (b == slab_end(c) && !slab_has_free(heap->cur[cls]) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) {
+    heap_collect_remote(heap, true);
+    b = c->free;
+  }
   if (b == NULL || b == slab_end(c)) {
     slab_t *s = heap_find_slab(heap, cls);
     if (s == NULL) {
@@ -825,7 +839,7 @@ static size_t heap_purge_sparse(heap_t *heap, bool at_once) {
 void heap_tick(heap_t *heap, uint64_t now) {
   atomic_store_explicit(&heap->active_ms, now, memory_order_relaxed);
   heap_publish_gathered(heap, false, now);
-  if (atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap);
+  if (atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap, true);
   long delay = purge_delay();
   if (delay < 0 || now - heap->sparse_at_ms < (uint64_t)MAX(delay, TICK_MIN_MS)) return;
   heap->sparse_at_ms = now;
@@ -925,7 +939,7 @@ heap_t *heap_init_thread(void) {
 
 /* Empty slabs the heap keeps (its spares, emptied current slabs) go back. */
 static void heap_release_empty(heap_t *heap, bool tc) {
-  heap_collect_remote(heap);
+  heap_collect_remote(heap, false);
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     if (tc) tc_drain(heap, cls);
     if (heap->proxy) {

@@ -353,12 +353,14 @@ static bool list_holds(const slab_t *c, const block_t *b) {
   return false;
 }
 
-/* Takes the bits set and puts their blocks at the head of the free list in
- * address order (the list runs up through memory); returns the blocks. */
-static size_t remote_take(slab_t *s, const slab_t *held, size_t *pushed) {
+/* Takes the bits set and puts their blocks, in address order (the list runs
+ * up through memory), at the head of list `to` while it has room (its used
+ * count kept at 1 or more, as its frees need), the rest at the head of s's
+ * own; returns the blocks, those on s's list in *pushed. */
+static size_t remote_take(slab_t *s, const slab_t *held, slab_t *to, size_t *pushed) {
   _Atomic uint64_t *bits = remote_bits(s);
-  size_t twice = 0, k = 0, bsize = s->bsize;
-  block_t *head = NULL, *tail = NULL;
+  size_t twice = 0, k = 0, bsize = s->bsize, room = to && to->used > 1 ? to->used - 1 : 0;
+  block_t *head = NULL, *tail = NULL, *cut = NULL; /* cut: the last block for `to` */
   for (size_t i = 0, words = remote_words(s); i < words; i++) {
     if (!atomic_load_explicit(&bits[i], memory_order_relaxed)) continue;
     uint64_t v = atomic_exchange_explicit(&bits[i], 0, memory_order_acquire);
@@ -373,18 +375,26 @@ static size_t remote_take(slab_t *s, const slab_t *held, size_t *pushed) {
       if (tail) block_link(s, tail, b);
       else head = b;
       tail = b;
-      k++;
+      if (++k == room) cut = b;
     }
   }
-  if (tail) {
+  size_t given = MIN(k, room);
+  if (given) { /* head..cut (or tail) onto `to` */
+    block_t *last = cut ? cut : tail, *rest = cut && cut != tail ? block_next(s, cut) : NULL;
+    block_link(to, last, to->free);
+    to->free = head;
+    to->used -= (uint32_t)given;
+    head = rest;
+  }
+  if (head) {
     block_link(s, tail, s->free);
     s->free = head;
   }
-  *pushed = k;
+  *pushed = k - given;
   return k + twice;
 }
 
-size_t slab_collect_remote(slab_t *s, const slab_t *held, bool *wiped) {
+size_t slab_collect_remote(slab_t *s, const slab_t *held, slab_t *to, bool *wiped) {
   uint64_t w = atomic_fetch_or_explicit(&s->remote, REMOTE_COLLECTING, memory_order_acq_rel);
   *wiped = false;
   if (w & REMOTE_WIPED) {
@@ -396,7 +406,7 @@ size_t slab_collect_remote(slab_t *s, const slab_t *held, bool *wiped) {
     *wiped = true;
     return n;
   }
-  size_t pushed, n = remote_take(s, held, &pushed);
+  size_t pushed, n = remote_take(s, held, to, &pushed);
   uint64_t after = atomic_fetch_add_explicit(&s->remote, REMOTE_EPOCH - (n | REMOTE_COLLECTING), memory_order_acq_rel) - n;
   /* frees counted whose bits had not landed: the slab waits on the inbox for the next visit */
   if (remote_count(after)) inbox_push(s);

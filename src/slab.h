@@ -150,10 +150,12 @@ slab_full_t slab_free_remote(slab_t *s, block_t *b);
  * back reset, first takes the heap's lock. */
 bool slab_wipe(slab_t *s, uint64_t word);
 /* Owner only, for a slab taken off its inbox: moves the blocks of the remote
- * bits onto the free list and returns them; a wiped slab is reset, all its
- * blocks free (*wiped set). A block already on list `held` (the owner's
- * own list of freed blocks of its class; NULL: none) was freed twice: it is
- * reported (harden_double_free) and stays where it is. */
-size_t slab_collect_remote(slab_t *s, const slab_t *held, bool *wiped);
+ * bits onto list `to` (the owner's list of its class, whose next mallocs
+ * then walk no slab list for them; NULL: none) while it has room, the rest
+ * onto the slab's free list, and returns those; a wiped slab is reset, all
+ * its blocks free (*wiped set). A block already on list `held` (the
+ * owner's own list of freed blocks of its class; NULL: none) was freed
+ * twice: it is reported (harden_double_free) and stays where it is. */
+size_t slab_collect_remote(slab_t *s, const slab_t *held, slab_t *to, bool *wiped);
 
 #endif
