@@ -249,7 +249,7 @@ def profile_price(R):
 def throughput_detail(R):
     L = section("Throughput detail",
                 "ops/s: larson, mid_large_mt, random_sizes = free+malloc replacements; random_mixed = mallocs (each "
-                "freed); cross_thread, prodcons, handoff = blocks passed and freed; shared_slots = blocks allocated, swapped and freed; exchange = blocks replaced or traded; realloc = realloc calls; large = allocate+touch+free; "
+                "freed); cross_thread, prodcons, handoff = blocks passed and freed; shared_slots = blocks allocated, swapped and freed; exchange = blocks replaced or traded; size_walk = mallocs and frees; realloc = realloc calls; large = allocate+touch+free; "
                 "sparse_burst = blocks allocated, touched and freed; calloc_reuse = blocks calloc'd, written and freed; "
                 "false_sharing = blocks allocated, written and freed; "
                 "bignum = operations; cxx_objects = records replaced; thread_churn = blocks allocated; slow_leak = operations; batch = blocks allocated and freed; swap_rounds = blocks made; real = runs (seconds a run "

@@ -193,6 +193,7 @@ if [ $MODE = full ]; then
     "batch|1 thr, 200 x 40000 B|threads=1 count=200 size=40000 batches=10000 seed=1"
     "swap_rounds|50 rounds x 2 thr|rounds=50 threads=2 allocs=25000 retains=500 slots=1000 seed=1"
     "swap_rounds|50 rounds x 4 thr|rounds=50 threads=4 allocs=25000 retains=500 slots=1000 seed=1"
+    "size_walk|2 thr, 1-4000 B, 90 % handed over|threads=2 rounds=2000 count=1000 min=1 max=4000 step=13 hand=90 seed=1"
     "real|gcc -O2, 1000 functions|prog=gcc|3"
     "real|sqlite3, 200k rows, 2 indexes|prog=sqlite|3"
     "real|lua5.4, 1M-entry table|prog=lua|3"
