@@ -611,7 +611,7 @@ static void heap_collect_remote(heap_t *heap, bool to_tc) {
     slab_t *next = s->remote_next; /* read first: s may be pushed again at once */
     bool wiped;
     slab_t *tc = &heap->tc[s->cls];
-    bool to = to_tc && tc->free != NULL && tc->capacity > tc_limit(s->cls);
+    bool to = to_tc && tc->capacity > tc_limit(s->cls); /* grown: in use, its list set */
     if (slab_collect_remote(s, HAKMEM_SECURE ? NULL : tc, to ? tc : NULL, &wiped)) {
       if (wiped) heap_lock(heap), heap_unlock(heap);
       if (slab_owner(s) & SLAB_F_FULL) {

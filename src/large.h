@@ -67,6 +67,7 @@ hak_inline bool large_hot_listed_look(const large_hot_block_t *b) {
  * length a region's run may have (LARGE_HOT_CLASSES: none), and of a malloc
  * of n pages up to LARGE_CLASS_MAX; a list's block size. */
 #define LARGE_HOT_OF_TABLE (REGION_SIZE / 4096)
+_Static_assert((LARGE_HOT_OF_TABLE & (LARGE_HOT_OF_TABLE - 1)) == 0, "a mask bounds the table's index");
 extern uint8_t large_hot_of_pages[LARGE_HOT_OF_TABLE];
 extern uint8_t large_hot_for_pages[LARGE_HOT_TABLE + 1];
 extern size_t large_hot_bytes[LARGE_HOT_CLASSES];
@@ -84,10 +85,12 @@ hak_inline unsigned large_hot_class_of(const heap_t *heap, const void *p, unsign
       (off & (((uintptr_t)1 << shift) - 1)) != 0)
     return LARGE_HOT_CLASSES;
   /* p at or above base and below the region's end: a page the chunk was
-   * added with, whose word holds 0 or a run's length, within the table */
+   * added with, whose word holds 0 or a run's length, within the table.
+   * Masked: the quick free's 4 KiB index, with larger pages, reads some
+   * other word of the header, and no list has room then (hot_push). */
   uint32_t pages = run_chunk_live(ch, (uint32_t)(off >> shift));
   *bytes = (size_t)pages << shift;
-  return large_hot_of_pages[pages];
+  return large_hot_of_pages[pages & (LARGE_HOT_OF_TABLE - 1)];
 }
 
 /* Pushes b, a block of bytes, on list l of h (with room), tagged for
