@@ -639,7 +639,7 @@ void *huge_realloc(void *p, size_t size) {
   uint32_t n = units_of(bytes);
   bool dirty = false, ok = true;
   uint32_t roomy = (uint32_t)MIN((size_t)n * HUGE_RESERVE, r.chunk->limit - r.page); /* room to grow again in place */
-  if (n > r.pages) ok = (roomy > n && run_grow(&r, roomy, &dirty)) || run_grow(&r, n, &dirty);
+  if (n > r.pages) ok = (roomy > n && run_grow(&r, roomy, false, &dirty)) || run_grow(&r, n, false, &dirty);
   else if (n < r.pages / 4) run_shrink(&r, n, os_now_ms());
   uint32_t fresh = 0;
   if (ok) {

@@ -216,8 +216,9 @@ static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
  * A block above LARGE_CLASS_MAX that the owner frees is held, not merged
  * (an allocated run still to every other thread), until its next malloc
  * above LARGE_CLASS_MAX: that one takes it when it fits (HELD_SLACK), else
- * large_alloc merges it into the free runs under the lock it takes anyway,
- * and may place the new block on its pages. A program that frees and
+ * large_alloc, under the lock it takes anyway, cuts it to the new block's
+ * length or grows it over the resident free pages after it (held_reshape),
+ * and failing both merges it into the free runs. A program that frees and
  * allocates buffers of one size skips both locks and the run heap; one of
  * many sizes pays one lock less. One block only: held runs of other sizes
  * would keep their resident pages from the next blocks. */
@@ -288,6 +289,30 @@ static void *held_take(large_hot_t *h, size_t size) {
   __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
   stat_alloc(STAT_ROW_LARGE, bytes);
   return b;
+}
+
+/* The held block reshaped in place into run *r of n pages (the lock held),
+ * for a malloc above LARGE_CLASS_MAX that held_take turned away: its tail
+ * freed, or the free pages after it taken where all of them may be
+ * resident (clean ones would fault where a run in the bins might not).
+ * Its pages are the ones the program wrote last, warm in the caches.
+ * False, still held, when neither fits. */
+static bool held_reshape(heap_t *heap, uint32_t n, uint64_t now, run_t *r) {
+  large_hot_t *h = &heap->lhot;
+  large_hot_block_t *b = h->held;
+  if (!large_hot_intact(b)) return false; /* held_send drops it */
+  run_t x = listed_run(b);
+  size_t old = run_bytes(x);
+  bool dirty;
+  if (n < x.pages) run_shrink(&x, n, now);
+  else if (!run_grow(&x, n, true, &dirty)) return false;
+  h->held = NULL;
+  b->tag = 0;
+  __atomic_store_n(&h->bytes, h->bytes - old, __ATOMIC_RELAXED);
+  live_add(heap, old, 0); /* held, it still counted as live; large_alloc adds it again */
+  x.dirty = true;
+  *r = x;
+  return true;
 }
 
 /* Merges the held block into the free runs (the lock held), as freed at now. */
@@ -371,8 +396,9 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   int c = a == 1 ? cache_class(bytes) : -1;
   run_t r;
   heap_lock(heap);
-  if (heap->lhot.held) held_send(heap, os_now_ms(), policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
-  bool ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
+  bool ok = heap->lhot.held && bytes > LARGE_CLASS_MAX && a == 1 && held_reshape(heap, n, os_now_ms(), &r);
+  if (!ok && heap->lhot.held) held_send(heap, os_now_ms(), policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
+  if (!ok) ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
   uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
   while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, grid, &r);
@@ -531,7 +557,7 @@ bool large_resize(void *p, size_t size) {
   unsigned shift = os_page_log2();
   uint32_t n = (uint32_t)(block_bytes(size, 0) >> shift);
   bool dirty, ok = true;
-  if (n > r.pages) ok = run_grow(&r, n, &dirty);
+  if (n > r.pages) ok = run_grow(&r, n, false, &dirty);
   else if (n < r.pages) run_shrink(&r, n, os_now_ms());
   n = r.pages;
   if (ok) live_add(heap, old, (size_t)n << shift);

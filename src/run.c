@@ -360,7 +360,7 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   return c->used == 0;
 }
 
-bool run_grow(run_t *r, uint32_t n, bool *dirty) {
+bool run_grow(run_t *r, uint32_t n, bool dirty_only, bool *dirty) {
   run_chunk_t *c = r->chunk;
   uint32_t end = r->page + r->pages, want = n - r->pages;
   if (n <= r->pages) return true;
@@ -368,6 +368,7 @@ bool run_grow(run_t *r, uint32_t n, bool *dirty) {
   run_node_t *x = run_node_at(c, end);
   uint32_t m = c->len[end], lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
+  if (dirty_only && !(t && lo <= end && end + want <= hi)) return false;
   run_node_t *before = free_remove(c, end);
   c->len[end] = 0;
   free_piece(c, end + want, m - want, t, lo, hi, before);

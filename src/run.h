@@ -138,8 +138,9 @@ bool run_free(run_t r, bool dirty, uint64_t now);
 /* The same, of which only the first `dirty` pages may be resident. */
 bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now);
 /* Grows r in place to n pages by taking the free pages after it; false when
- * too few follow. *dirty is set when any taken page was dirty. */
-bool run_grow(run_t *r, uint32_t n, bool *dirty);
+ * too few follow, or (dirty_only) when any of those lies outside their run's
+ * dirty stretch. *dirty is set when any taken page was dirty. */
+bool run_grow(run_t *r, uint32_t n, bool dirty_only, bool *dirty);
 /* Shrinks r in place to n pages (0 < n <= r->pages), freeing the tail dirty. */
 void run_shrink(run_t *r, uint32_t n, uint64_t now);
 /* Calls fn for every run of c in address order: free, or allocated (ctx is

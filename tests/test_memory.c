@@ -818,13 +818,16 @@ static void test_arena_grow(void)
 
 static void test_large_grid(void)
 {
-  enum { SZ = 300 * 1024, SZ2 = 280 * 1024, GRID = 128 * 1024 };
-  char *a = A(malloc)(SZ), *b = A(malloc)(SZ), *c = A(malloc)(SZ);
-  CHECK(a != NULL && b != NULL && c != NULL);
-  a[0] = 1, b[0] = 2, c[0] = 3;
+  enum { SZ = 300 * 1024, SZ2 = 280 * 1024, SMALL = 260 * 1024, GRID = 128 * 1024 };
+  char *a = A(malloc)(SZ), *b = A(malloc)(SZ), *c = A(malloc)(SZ), *x = A(malloc)(SMALL), *guard = A(malloc)(SZ);
+  CHECK(a != NULL && b != NULL && c != NULL && x != NULL && guard != NULL);
+  a[0] = 1, b[0] = 2, c[0] = 3, x[0] = 4;
+  /* a, b and c go to the free runs; x is held (large.c): shorter than SZ2
+   * and followed by a live block, it is merged before SZ2 is placed */
   A(free)(a);
   A(free)(b);
-  A(free)(c); /* held (large.c): a block of SZ2, shorter by more than a 32nd, merges it first */
+  A(free)(c);
+  A(free)(x);
   char *p = A(malloc)(SZ2);
   CHECK(p != NULL);
   CHECKF((uintptr_t)p % GRID == 0, "a %d KiB block on freed dirty pages at %p, not on a 128 KiB boundary", SZ2 / 1024,
@@ -838,6 +841,7 @@ static void test_large_grid(void)
   CHECKF(q == p, "the same size asked again came at %p, not at %p", (void *)q, (void *)p);
   CHECKF(faults == 0, "%ld page faults writing the first page of a block placed on a freed one's", faults);
   A(free)(q);
+  A(free)(guard);
   printf("test_memory large_grid: blocks above 256 KiB on freed pages start on the 128 KiB grid: OK\n");
 }
 
@@ -870,8 +874,9 @@ static void test_grow_huge(void)
 }
 
 /* The block above 256 KiB freed last is held (large.c): the next malloc of
- * its size, or up to a 32nd less, takes it without the lock; one it does not
- * fit merges it first, and malloc_trim(0) returns its pages. */
+ * its size, or up to a 32nd less, takes it without the lock; a shorter one
+ * takes it reshaped in place (its tail freed), a longer one too where the
+ * freed pages after it are enough; malloc_trim(0) returns its pages. */
 static void test_large_held(void)
 {
   enum { SZ = 1 << 20, PAGE = 4096 };
@@ -884,14 +889,17 @@ static void test_large_held(void)
          "not as the freed block %p", (void *)q, A(malloc_usable_size)(q), (void *)p);
   CHECK(q[64] == 1 && q[SZ - 4 * PAGE - 1] == 1); /* the same pages (the first words held the list's) */
   A(free)(q);
-  char *r = A(malloc)(SZ / 2); /* shorter by half: the held block merged, not handed out */
+  char *r = A(malloc)(SZ / 2); /* shorter by half: the held block cut to it, its tail freed */
   CHECK(r != NULL);
-  CHECKF(A(malloc_usable_size)(r) < SZ, "malloc(512 KiB) got the held 1 MiB block whole (%zu B usable)",
-         A(malloc_usable_size)(r));
+  CHECKF(r == q && A(malloc_usable_size)(r) == SZ / 2, "malloc(512 KiB) after free(1 MiB) came at %p (%zu B usable), "
+         "not as the freed block %p cut to 512 KiB", (void *)r, A(malloc_usable_size)(r), (void *)q);
+  CHECK(r[64] == 1 && r[SZ / 2 - 1] == 1);
   memset(r, 2, SZ / 2);
   A(free)(r);
-  char *s = A(malloc)(SZ);
-  CHECK(s != NULL);
+  char *s = A(malloc)(SZ); /* longer: the held block grown back over its freed tail */
+  CHECKF(s == r && A(malloc_usable_size)(s) == SZ, "malloc(1 MiB) after free(512 KiB) came at %p (%zu B usable), "
+         "not as the freed block %p grown over its freed tail", (void *)s, A(malloc_usable_size)(s), (void *)r);
+  CHECK(s[64] == 2 && s[SZ - 1] == 1);
   memset(s, 3, SZ);
   A(free)(s);
   size_t before = tu_rss();
@@ -899,7 +907,7 @@ static void test_large_held(void)
   size_t after = tu_rss();
   CHECKF(after + SZ / 2 <= before, "malloc_trim(0) took %zu KiB back, not the held 1 MiB block", (before - after) / 1024);
   A(free)(anchor);
-  printf("test_memory large_held: a freed 1 MiB block taken back at once, merged for a shorter one, trimmed: OK\n");
+  printf("test_memory large_held: a freed 1 MiB block taken back at once, cut and grown in place, trimmed: OK\n");
 }
 
 /* calloc on a freed block's pages: resident ones are zeroed in place (a
