@@ -76,6 +76,7 @@ static void get(worker_t *w, block_t *b, size_t size, uint64_t *tag)
 static void put(worker_t *w, block_t *b)
 {
     const unsigned char *c = b->p;
+    if (!c) return; /* a malloc that failed (w->failed set) */
     w->failed |= c[0] != tag_byte(b->tag) || (b->size > 1 && c[b->size - 1] != tag_byte(~b->tag));
     free(b->p);
     b->p = NULL;
