@@ -723,13 +723,19 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   return s;
 }
 
+/* Whether blocks other threads freed are to be collected before a slab of
+ * the class whose current slab is cur is looked for: cur is dry, and they
+ * go out again before fresh ones are carved. */
+static bool heap_collect_due(const heap_t *heap, const slab_t *cur) {
+  return !slab_has_free(cur) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed);
+}
+
 /* A slab of class cls with a non-empty free list, made current, or NULL when
  * out of memory. */
 static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
   heap->carved = 0;
-  /* Blocks other threads freed go out again before fresh ones are carved. */
-  if (!slab_has_free(s) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) heap_collect_remote(heap, false);
+  if (heap_collect_due(heap, s)) heap_collect_remote(heap, false);
   if (heap_slab_ready(heap, s)) return s;
   if (s != &hak_slab_empty) heap_set_aside_cur(heap, cls);
   slab_queue_t *q = &heap->queue[cls];
@@ -750,9 +756,8 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
 static void *heap_tc_alloc(heap_t *heap, unsigned cls) {
   slab_t *c = &heap->tc[cls];
   block_t *b = c->free;
-  /* where heap_find_slab would collect (the current slab dry): the blocks
-   * other threads freed, onto the tcache first */
-  if (b == slab_end(c) && !slab_has_free(heap->cur[cls]) && atomic_load_explicit(&heap->inbox.top, memory_order_relaxed)) {
+  /* where heap_find_slab would collect: onto the tcache first */
+  if (b == slab_end(c) && heap_collect_due(heap, heap->cur[cls])) {
     heap_collect_remote(heap, true);
     b = c->free;
   }

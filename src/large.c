@@ -396,8 +396,12 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   int c = a == 1 ? cache_class(bytes) : -1;
   run_t r;
   heap_lock(heap);
-  bool ok = heap->lhot.held && bytes > LARGE_CLASS_MAX && a == 1 && held_reshape(heap, n, os_now_ms(), &r);
-  if (!ok && heap->lhot.held) held_send(heap, os_now_ms(), policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
+  bool ok = false;
+  if (heap->lhot.held) {
+    uint64_t now = os_now_ms();
+    ok = bytes > LARGE_CLASS_MAX && a == 1 && held_reshape(heap, n, now, &r);
+    if (!ok) held_send(heap, now, policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
+  }
   if (!ok) ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
   uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
@@ -500,7 +504,6 @@ bool large_class_kept(size_t bytes) {
   heap_unlock(heap);
   return cached;
 }
-
 
 bool large_free(void *p) {
   heap_t *heap = heap_get();
