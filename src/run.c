@@ -134,7 +134,7 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
     if (at_tail) after = h->dirty_tail && t < h->dirty_tail->dirty_ms ? NULL : h->dirty_tail;
     dirty_insert(h, after, x);
     __atomic_store_n(&h->dirty_pages, h->dirty_pages + (dhi - dlo), __ATOMIC_RELAXED);
-    if (at_tail) __atomic_store_n(&h->grew_ms, t, __ATOMIC_RELAXED);
+    if (at_tail && t > h->grew_ms) __atomic_store_n(&h->grew_ms, t, __ATOMIC_RELAXED);
   }
 }
 
@@ -328,14 +328,14 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
  * they form spans theirs. */
 bool run_free(run_t r, bool dirty, uint64_t now) { return run_free_prefix(r, dirty ? r.pages : 0, now); }
 
-bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
+/* Frees run r, dirty since t (0: clean) in [lo, hi) (empty: clean). */
+static bool run_free_stretch(run_t r, uint32_t lo, uint32_t hi, uint64_t t) {
   run_chunk_t *c = r.chunk;
   uint32_t s = r.page, n = c->len[s];
-  hak_assert(n == r.pages && !free_start(c, s) && dirty <= n);
+  hak_assert(n == r.pages && !free_start(c, s) && (lo >= hi || (s <= lo && hi <= s + n)));
   set_live(c, s, 0);
   c->used -= n;
-  uint64_t t = dirty ? (now ? now : 1) : 0;
-  uint32_t lo = dirty ? s : UINT32_MAX, hi = dirty ? s + dirty : 0;
+  if (lo >= hi || t == 0) t = 0, lo = UINT32_MAX, hi = 0;
   if (s > 0) {
     uint32_t f = c->last_of[s - 1];
     if (f < s && free_start(c, f) && f + c->len[f] == s) {
@@ -358,6 +358,11 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
   }
   free_insert(c, s, n, t, lo, hi, NULL, true);
   return c->used == 0;
+}
+
+bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now) {
+  hak_assert(dirty <= r.pages);
+  return run_free_stretch(r, r.page, r.page + dirty, now ? now : 1);
 }
 
 bool run_grow(run_t *r, uint32_t n, bool dirty_only, bool *dirty) {
@@ -482,25 +487,41 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
 
 /* ---- purging -------------------------------------------------------------------------- */
 
-bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out) {
+/* The oldest dirty free run if it is due (dirty delay ms or more, or *over
+ * pages still to shed), taken out: its stretch to purge in r.dlo, r.dhi,
+ * and in *left the pages of its stretch below that stay dirty (as old as
+ * they were, *since). A run due for the excess alone sheds no more than the
+ * excess, from the top of its stretch, which allocations reach last. False
+ * when none is due. */
+static bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t *over, run_t *out, uint32_t *left,
+                           uint64_t *since) {
   run_node_t *x = h->dirty_head;
-  if (x == NULL || (now - x->dirty_ms < delay && h->dirty_pages <= keep)) return false;
+  if (x == NULL || (now - x->dirty_ms < delay && *over == 0)) return false;
   run_chunk_t *c = x->chunk;
   uint32_t s = x->page, n = c->len[s], lo = x->dlo, hi = x->dhi;
+  *left = 0;
+  *since = x->dirty_ms;
+  if (now - x->dirty_ms < delay && *over < hi - lo) {
+    *left = hi - (uint32_t)*over - lo;
+    lo += *left;
+  }
   free_remove(c, s);
   c->used += n;
+  *over -= MIN(*over, (size_t)(hi - lo));
   *out = (run_t){.chunk = c, .page = s, .pages = n, .dirty = true, .dlo = lo, .dhi = hi};
   return true;
 }
 
 size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t delay, size_t keep) {
-  size_t n = 0;
+  size_t n = 0, over = h->dirty_pages > keep ? h->dirty_pages - keep : 0;
   run_t r;
-  while (run_purge_take(h, now, delay, keep, &r)) {
+  uint32_t left;
+  uint64_t since;
+  while (run_purge_take(h, now, delay, &over, &r, &left, &since)) {
     hak_unlock(lock);
     n += os_purge(run_dirty_addr(r), run_dirty_bytes_of(r));
     hak_lock(lock);
-    run_free(r, false, now);
+    run_free_stretch(r, r.dlo - left, r.dlo, since);
   }
   return n;
 }

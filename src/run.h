@@ -233,15 +233,15 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age);
 /* Whether allocated run r sits in a cache (freed). */
 hak_inline bool run_cached(run_t r) { return run_bit(r.chunk, r.page, RUN_CACHED); }
 
-/* Takes the oldest dirty free run if it is due (dirty at least delay ms, or
- * more than keep dirty pages in the heap): it is taken out like an allocated
- * run, so that nothing is placed on it or merged into it while its pages go
- * back (run_dirty_addr, run_dirty_bytes_of); run_free(r, false, ...) returns
- * it clean. False when none is due. */
-bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t keep, run_t *out);
-/* Purges the dirty free runs due (as run_purge_take takes them), each with
- * lock (held on entry and on return) released around its system call.
- * Returns the bytes purged. */
+/* Purges the dirty free runs due, oldest first: those dirty delay ms or
+ * more, and as many more as bring the heap's dirty pages down to keep, each
+ * taken out like an allocated run (nothing is placed on it or merged into it
+ * meanwhile) and returned clean, with lock (held on entry and on return)
+ * released around its system call; a run due for the excess alone sheds the
+ * excess from the top of its stretch and keeps the rest. What a run sheds
+ * counts against the excess once: a purged run that merges with dirty
+ * neighbours on both sides counts as dirty again (the stretch spans it),
+ * and purging it again would empty the heap. Returns the bytes purged. */
 size_t run_purge_due(run_heap_t *h, hak_lock_t *lock, uint64_t now, uint64_t delay, size_t keep);
 /* The age (ms) of the oldest dirty free run, or UINT64_MAX when none is. */
 uint64_t run_dirty_since(const run_heap_t *h);
