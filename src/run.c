@@ -272,9 +272,12 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
 /* Whether moving a block from page lo of c to its grid would leave
  * resident pages behind (heaps with grid_probe; others never look): lo's
  * first OS page tells, resident when the skipped pages were written whole,
- * not when they lie past the head of a block that was written only there. */
+ * not when they lie past the head of a block that was written only there.
+ * Once PROBE_TRUST probes in a row agree, the next PROBE_REUSE placements
+ * take the answer as it is: a program writes its blocks whole or sparsely
+ * for long stretches, and each probe is a system call. */
 #define PROBE_TRUST 4
-#define PROBE_REUSE 15
+#define PROBE_REUSE 63
 static bool skips_resident(const run_chunk_t *c, uint32_t lo) {
   run_heap_t *h = c->heap;
   if (!h->grid_probe) return false;
