@@ -25,9 +25,10 @@
  *            under 10 % of the peak within a second of the end (the program
  *            allocating a little meanwhile).
  *   bigcache 40 huge blocks of 16 MiB freed at once: what the cache keeps
- *            stays within HAKMEM_BIGCACHE_MB (32, set by CTest), and fills
- *            it (each free past the bound sheds the excess, not the whole
- *            merged run of freed blocks), and is gone
+ *            stays within HAKMEM_BIGCACHE_MB (32, set by CTest, learning
+ *            off: an explored strategy that keeps nothing would empty it),
+ *            and fills it (each free past the bound sheds the excess, not
+ *            the whole merged run of freed blocks), and is gone
  *            after its age (HAKMEM_BIGCACHE_AGE_MS), the program allocating
  *            a little meanwhile. Then a freed 8 MiB
  *            block's reservation serves a 10 MiB one in place (same address,
