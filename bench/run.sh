@@ -186,6 +186,7 @@ if [ $MODE = full ]; then
     "thread_churn|100 rounds x 8 thr|rounds=100 threads=8 blocks=2000 handed=200 min=16 max=1024 seed=1"
     "thread_churn|400 rounds x 2 thr|rounds=400 threads=2 blocks=2000 handed=200 min=16 max=1024 seed=1"
     "thread_churn|30 rounds x 8 thr, 16 B-256 KiB|rounds=30 threads=8 blocks=300 handed=150 min=16 max=262144 seed=1"
+    "thread_churn|200 rounds x 4 thr, 16 of 8-512 KiB|rounds=200 threads=4 blocks=16 handed=4 min=8192 max=524288 seed=1"
     "slow_leak|16 B-4 KiB, 1 in 64 kept, 3M ops|ops=3000000 window=4096 keep=64 min=16 max=4096 seed=1"
     "batch|1 thr, 1600 x 64 B|threads=1 count=1600 size=64 batches=20000 seed=1"
     "batch|1 thr, 1600 x 4 KiB|threads=1 count=1600 size=4096 batches=3000 seed=1"
