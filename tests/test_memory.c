@@ -20,6 +20,13 @@
  *   threads  10,000 threads each allocate (a few hundred KiB) and exit;
  *            resident memory after the last must be within 8 MiB of what it
  *            was after the first thousand (exited threads' memory is reused).
+ *   exit_reuse  rounds of 4 threads, each writing 16 blocks of 8-512 KiB
+ *            whole, freeing 12 and handing 4 to the next round's thread,
+ *            which frees them: after 50 rounds, at most 80 page faults a
+ *            round (a round writes about 4,200 pages): each thread's
+ *            adopter reuses what it leaves, other sizes as well, rather
+ *            than faulting in what the exit gave back (purging by age off:
+ *            HAKMEM_PURGE_DELAY_MS=10000, set by CTest).
  *   churn    grow to 256 MiB of mixed sizes, free it all, five times: peak
  *            resident memory at most 1.1x the live bytes, and resident memory
  *            under 10 % of the peak within a second of the end (the program
@@ -341,6 +348,54 @@ static void test_threads(void)
          mib(after_first), mib(end));
   printf("test_memory threads: 10000 threads, resident %zu MiB after 1000, %zu MiB after 10000: OK\n",
          mib(after_first), mib(end));
+}
+
+static long minor_faults(void)
+{
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
+#define EXIT_HANDED 4
+static void *exit_handed[4][EXIT_HANDED];
+
+static void *exit_reuse_body(void *arg)
+{
+  uintptr_t id = (uintptr_t)arg;
+  uint64_t seed = id * 7919 + 1;
+  void **handed = exit_handed[id % 4], *b[16];
+  for (int i = 0; i < EXIT_HANDED; i++) A(free)(handed[i]); /* the last round's thread's */
+  for (int i = 0; i < 16; i++) {
+    size_t size = 8192 + tu_xorshift(&seed) % (504 * 1024);
+    b[i] = A(malloc)(size);
+    CHECK(b[i] != NULL);
+    memset(b[i], 1, size);
+  }
+  for (int i = 0; i < 16; i++) {
+    if (i < EXIT_HANDED) handed[i] = b[i];
+    else A(free)(b[i]);
+  }
+  return NULL;
+}
+
+static void test_exit_reuse(void)
+{
+  enum { WARM = 50, ROUNDS = 250, BOUND = 80 };
+  long f0 = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    if (r == WARM) f0 = minor_faults();
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, exit_reuse_body, (void *)(uintptr_t)(r * 4 + i + 1)) == 0);
+    for (int i = 0; i < 4; i++) CHECK(pthread_join(th[i], NULL) == 0);
+  }
+  double per_round = (double)(minor_faults() - f0) / (ROUNDS - WARM);
+  for (int s = 0; s < 4; s++)
+    for (int i = 0; i < EXIT_HANDED; i++) A(free)(exit_handed[s][i]);
+  CHECKF(per_round <= BOUND, "%.1f page faults a round of 4 threads, after %d rounds (at most %d)", per_round, WARM,
+         BOUND);
+  printf("test_memory exit_reuse: %.1f page faults a round of 4 threads writing 64 blocks of 8-512 KiB: OK\n",
+         per_round);
 }
 
 static void test_churn(void)
@@ -756,13 +811,6 @@ static void test_sparse(void)
     }
 }
 
-static long minor_faults(void)
-{
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_minflt;
-}
-
 static void test_arena(void)
 {
   char *a = A(malloc)(6 * MiB), *b = A(malloc)(6 * MiB);
@@ -957,6 +1005,7 @@ static const tu_case_t cases[] = {
   {"idle_owner", test_idle_owner, 0},
   {"trim", test_trim, TU_BY_NAME},
   {"threads", test_threads, 0},
+  {"exit_reuse", test_exit_reuse, TU_BY_NAME},
   {"churn", test_churn, 0},
   {"bigcache", test_bigcache, TU_BY_NAME},
   {"cache_yield", test_cache_yield, TU_BY_NAME},
