@@ -499,12 +499,13 @@ bool run_cache_flush(run_cache_t *k, uint64_t now, uint64_t age) {
 static bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t *over, run_t *out, uint32_t *left,
                            uint64_t *since) {
   run_node_t *x = h->dirty_head;
-  if (x == NULL || (now - x->dirty_ms < delay && *over == 0)) return false;
+  bool aged = x != NULL && now - x->dirty_ms >= delay;
+  if (x == NULL || (!aged && *over == 0)) return false;
   run_chunk_t *c = x->chunk;
   uint32_t s = x->page, n = c->len[s], lo = x->dlo, hi = x->dhi;
   *left = 0;
   *since = x->dirty_ms;
-  if (now - x->dirty_ms < delay && *over < hi - lo) {
+  if (!aged && *over < hi - lo) {
     *left = hi - (uint32_t)*over - lo;
     lo += *left;
   }
