@@ -232,12 +232,16 @@ static inline int read_proc(const char *path, char *buf, size_t n)
     return r > 0;
 }
 
-static inline long rss_kib(void) /* current resident set, from /proc/self/statm */
+/* Current resident set less its file-backed pages, from /proc/self/statm:
+ * the memory the allocator holds. Code and data pages of libraries count
+ * in the whole resident set as the kernel maps them around each fault, a
+ * number that moves with where the library was loaded (ASLR). */
+static inline long rss_kib(void)
 {
     char buf[128];
-    long pages, res;
-    if (!read_proc("/proc/self/statm", buf, sizeof buf) || sscanf(buf, "%ld %ld", &pages, &res) != 2) return -1;
-    return res * (sysconf(_SC_PAGESIZE) / 1024);
+    long pages, res, shared;
+    if (!read_proc("/proc/self/statm", buf, sizeof buf) || sscanf(buf, "%ld %ld %ld", &pages, &res, &shared) != 3) return -1;
+    return (res - shared) * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 static inline long hwm_kib(void) /* peak resident set, VmHWM from /proc/self/status */

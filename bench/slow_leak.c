@@ -11,7 +11,7 @@
  *
  * Figures: ops_per_sec = operations (one malloc, and a free unless kept) per
  * second; live_kib = bytes the program holds at the end (window and kept
- * blocks); rss_kib = resident set then (statm), base_kib = before the first
+ * blocks); rss_kib = resident set less file pages then (statm), base_kib = before the first
  * allocation (after the bookkeeping arrays, mapped outside the allocator,
  * were touched); overhead_pct = (rss - base - live) / live.
  *
