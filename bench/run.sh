@@ -102,6 +102,11 @@ runs_on() { # allocator index, workload: does that configuration run it?
   case ${SCOPES[$1]} in all) return 0 ;; -*) [[ " ${SCOPES[$1]} " != *" -$2 "* ]] ;; *) [ "$2" = "${SCOPES[$1]}" ] ;; esac
 }
 add_alloc hakmem "$HAKMEM_LIB" "$BUILD/libhakmem.so not built"
+# An earlier build, to tell what a change costs on every row (real programs
+# and phases left out: their figures are priced in the rows' own sections).
+# It runs next to hakmem in each round, so that their ratio spans seconds of
+# the machine's drift, not a round's.
+[ -n "$BASELINE" ] && add_alloc hakmem-base "$BASELINE" "$BASELINE not found" "" "-phases -real"
 # The scale mode compares hakmem with its peers only: the hardened and the
 # profiling builds' prices are measured in the other modes.
 if [ $MODE != scale ]; then
@@ -116,9 +121,6 @@ if [ $MODE != scale ]; then
   add_alloc hakmem-profile "$PROFILE_LIB" "$BUILD/libhakmem-profile.so not built" "HAKMEM_PROFILE=$TMP/profile.%p.heap" \
     "-phases -real"
 fi
-# An earlier build, to tell what a change costs on every row (real programs
-# and phases left out: their figures are priced in the rows' own sections).
-[ -n "$BASELINE" ] && add_alloc hakmem-base "$BASELINE" "$BASELINE not found" "" "-phases -real"
 # hakmem's learned Large/Huge strategy, for the phases workload only: learning
 # with all weight on memory (w0) or on time (w100), and each strategy pinned
 # (0 default, 1 speed, 2 lean, 3 memory).  Plain hakmem learns at weight 50;
@@ -307,11 +309,17 @@ quiet_gate() {
 }
 times >"$TMP/times"
 T0=$(date +%s) BUSY0=$(busy_s) OURS0=$(ours_s)
+# Even rounds run the allocators in reverse order: a place in the order that
+# costs (the first run after another workload's, a drift within the round)
+# falls on each of them alike.
+ORDER=("${!ALLOCS[@]}") REVERSED=()
+for ((i = ${#ORDER[@]} - 1; i >= 0; i--)); do REVERSED+=("${ORDER[$i]}"); done
 for r in $(seq 1 "$ROUNDS"); do
   for c in "${CASES[@]}"; do
     IFS='|' read -r w label args maxr <<<"$c"
     [ -z "$maxr" ] || [ "$r" -le "$maxr" ] || continue
-    for i in "${!ALLOCS[@]}"; do
+    if ((r % 2)); then idx=("${ORDER[@]}"); else idx=("${REVERSED[@]}"); fi
+    for i in "${idx[@]}"; do
       runs_on "$i" "$w" || continue
       a=${ALLOCS[$i]} lib=${LIBS[$i]} envs=${ENVS[$i]} n=$((n + 1))
       quiet_gate
