@@ -795,7 +795,7 @@ def history_line(R, P, A, misses):
         if "hakmem" in R.allocs and "hakmem" not in good:
             parts.append(f"{name}: hakmem FAIL")
             continue
-        others = {a: v for a, v in good.items() if a != "hakmem"}
+        others = {a: v for a, v in good.items() if a in R.peers}  # hakmem's own builds are no peers
         if key in R.speed:  # the same per-round ratios as the tables
             others = {a: q for a in others if (q := R.round_ratio(key, a, field)) is not None}
         if "hakmem" in good and others:
