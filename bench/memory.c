@@ -1,7 +1,8 @@
 /* memory.c - resident-memory cost of many live blocks, and giving it back.
  *
  * Allocates `count` blocks of `size` bytes, fills each with the check pattern,
- * and reads the resident set (/proc/self/statm) while they live; then
+ * and reads the resident set less its file-backed pages (/proc/self/statm:
+ * rss_kib) while they live; then
  * verifies and frees them all and reads it again: at once, after `settle_ms`
  * (for allocators that purge on a timer), and after malloc_trim(0).
  * malloc_trim is looked up with dlsym(RTLD_DEFAULT) and only used when it

@@ -21,8 +21,9 @@
  * What a phase frees on entry is part of that phase.
  *
  * A sampler thread reads /proc/self/statm every 5 ms and integrates over each
- * phase: resident memory minus the bytes the program holds (requested sizes of
- * its live blocks, an atomic counter), and both alone (for the averages).
+ * phase: resident memory (less file-backed pages: rss_kib) minus the bytes the
+ * program holds (requested sizes of its live blocks, an atomic counter), and
+ * both alone (for the averages).
  * Per phase the result line gives (X = churn, burst, idle, churn2, burst2, idle2):
  *   p_X_ops      blocks allocated (churn, burst2: replacements; burst: blocks)
  *   p_X_wall_ms  wall time of the phase

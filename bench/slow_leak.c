@@ -11,9 +11,9 @@
  *
  * Figures: ops_per_sec = operations (one malloc, and a free unless kept) per
  * second; live_kib = bytes the program holds at the end (window and kept
- * blocks); rss_kib = resident set less file pages then (statm), base_kib = before the first
- * allocation (after the bookkeeping arrays, mapped outside the allocator,
- * were touched); overhead_pct = (rss - base - live) / live.
+ * blocks); rss_kib = resident set less file pages then (statm), base_kib =
+ * before the first allocation (after the bookkeeping arrays, mapped outside
+ * the allocator, were touched); overhead_pct = (rss - base - live) / live.
  *
  * usage: slow_leak [ops=4000000] [window=4096] [keep=64] [min=16] [max=4096]
  *                  [seed=1]
