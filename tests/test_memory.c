@@ -334,14 +334,22 @@ static void *thread_body(void *arg)
   return NULL;
 }
 
+/* A round of ROUND_THREADS threads running fn, their arguments first, first
+ * + 1, ...; returns once they have all exited. */
+#define ROUND_THREADS 4
+static void run_round(void *(*fn)(void *), uintptr_t first)
+{
+  pthread_t th[ROUND_THREADS];
+  for (int i = 0; i < ROUND_THREADS; i++) CHECK(pthread_create(&th[i], NULL, fn, (void *)(first + i)) == 0);
+  for (int i = 0; i < ROUND_THREADS; i++) CHECK(pthread_join(th[i], NULL) == 0);
+}
+
 static void test_threads(void)
 {
   size_t after_first = 0;
-  for (int t = 0; t < 10000; t += 4) {
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, thread_body, (void *)(uintptr_t)(t + i)) == 0);
-    for (int i = 0; i < 4; i++) CHECK(pthread_join(th[i], NULL) == 0);
-    if (t + 4 == 1000) after_first = tu_rss();
+  for (int t = 0; t < 10000; t += ROUND_THREADS) {
+    run_round(thread_body, (uintptr_t)t);
+    if (t + ROUND_THREADS == 1000) after_first = tu_rss();
   }
   size_t end = tu_rss();
   CHECKF(end <= after_first + 8 * MiB, "resident grew from %zu MiB (1000 threads) to %zu MiB (10000 threads)",
@@ -358,13 +366,13 @@ static long minor_faults(void)
 }
 
 #define EXIT_HANDED 4
-static void *exit_handed[4][EXIT_HANDED];
+static void *exit_handed[ROUND_THREADS][EXIT_HANDED];
 
 static void *exit_reuse_body(void *arg)
 {
   uintptr_t id = (uintptr_t)arg;
   uint64_t seed = id * 7919 + 1;
-  void **handed = exit_handed[id % 4], *b[16];
+  void **handed = exit_handed[id % ROUND_THREADS], *b[16];
   for (int i = 0; i < EXIT_HANDED; i++) A(free)(handed[i]); /* the last round's thread's */
   for (int i = 0; i < 16; i++) {
     size_t size = 8192 + tu_xorshift(&seed) % (504 * 1024);
@@ -385,12 +393,10 @@ static void test_exit_reuse(void)
   long f0 = 0;
   for (int r = 0; r < ROUNDS; r++) {
     if (r == WARM) f0 = minor_faults();
-    pthread_t th[4];
-    for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, exit_reuse_body, (void *)(uintptr_t)(r * 4 + i + 1)) == 0);
-    for (int i = 0; i < 4; i++) CHECK(pthread_join(th[i], NULL) == 0);
+    run_round(exit_reuse_body, (uintptr_t)r * ROUND_THREADS + 1);
   }
   double per_round = (double)(minor_faults() - f0) / (ROUNDS - WARM);
-  for (int s = 0; s < 4; s++)
+  for (int s = 0; s < ROUND_THREADS; s++)
     for (int i = 0; i < EXIT_HANDED; i++) A(free)(exit_handed[s][i]);
   CHECKF(per_round <= BOUND, "%.1f page faults a round of 4 threads, after %d rounds (at most %d)", per_round, WARM,
          BOUND);
