@@ -537,7 +537,7 @@ void heap_slab_empty(heap_t *heap, slab_t *s) {
  * that heap_alloc_small_slow finds next). */
 static void heap_set_aside_cur(heap_t *heap, unsigned cls) {
   slab_t *s = heap->cur[cls];
-  heap->cur[cls] = &hak_slab_empty;
+  __atomic_store_n(&heap->cur[cls], &hak_slab_empty, __ATOMIC_RELAXED);
   if (--s->used == 0) {
     queue_push(heap, s);
     heap_slab_empty(heap, s);
@@ -746,7 +746,7 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   }
   if (s == NULL && (s = heap_slab_new(heap, cls)) == NULL) return NULL;
   s->used++; /* the current slab's extra use: it never empties on the fast path */
-  heap->cur[cls] = s;
+  __atomic_store_n(&heap->cur[cls], s, __ATOMIC_RELAXED);
   return heap_slab_ready(heap, s) ? s : NULL;
 }
 

@@ -70,7 +70,8 @@ struct heap_s {
   slab_inbox_t inbox;               /* first: slabs with remote frees (slab.h) */
   int64_t sample_left;              /* heap profiler, default library: bytes before the next sample */
   slab_t *active[NUM_CLASSES];      /* the fast path's view: a slab, a sampling proxy, or &empty */
-  slab_t *cur[NUM_CLASSES];         /* the slab each class allocates from; it holds one extra use */
+  slab_t *cur[NUM_CLASSES];         /* the slab each class allocates from; it holds one extra use
+                                     * (other threads' frees read it: heap_free_remote) */
   slab_queue_t queue[NUM_CLASSES];
   /* under lock: what other threads may touch (purging, large frees) */
   hak_lock_t lock;
@@ -248,11 +249,13 @@ void heap_slab_empty(heap_t *heap, slab_t *s);
  * cache now, and would reach its owner's only through a miss. One such free
  * in FOREIGN_HOME_EVERY goes home instead, so that blocks a thread took from
  * its list and frees itself do not stay foreign, each free a slow one, for
- * good. A list past FOREIGN_KEEP_BYTES goes home whole, as every list does
- * at thread exit and on trim. Going home, frees of a class into one word of
- * a slab's remote bits are gathered and published together: when the
- * class's next goes to another word, on the heap's tick after one with no
- * new free of the class, at thread exit and on trim. */
+ * good. A block of its owner's current slab goes home too: the owner
+ * writes its neighbours now, and this thread's data in it would share
+ * their cache lines. A list past FOREIGN_KEEP_BYTES goes home whole, as
+ * every list does at thread exit and on trim. Going home, frees of a class
+ * into one word of a slab's remote bits are gathered and published
+ * together: when the class's next goes to another word, on the heap's tick
+ * after one with no new free of the class, at thread exit and on trim. */
 #define FOREIGN_KEEP_BYTES 32768
 #define FOREIGN_HOME_EVERY 32
 /* Until the thread takes a block of the class off its list, the list keeps
@@ -270,7 +273,9 @@ void heap_free_remote_slow(heap_t *heap, slab_t *s, block_t *b);
 void heap_foreign_full(heap_t *heap, unsigned cls);
 hak_inline void heap_free_remote(heap_t *heap, slab_t *s, block_t *b) {
   unsigned cls = s->cls;
-  if (likely(heap->foreign != NULL && heap->foreign_skip[cls] == 0 && ++heap->foreign_frees % FOREIGN_HOME_EVERY)) {
+  if (likely(heap->foreign != NULL && heap->foreign_skip[cls] == 0 &&
+             __atomic_load_n(&((heap_t *)slab_heap(s))->cur[cls], __ATOMIC_RELAXED) != s &&
+             ++heap->foreign_frees % FOREIGN_HOME_EVERY)) {
     slab_t *fc = &heap->foreign[cls]; /* capacity - used blocks (heap.c) */
     block_link(fc, b, fc->free);
     fc->free = b;

@@ -118,8 +118,9 @@ static void overwritten_held_block(void *arg)
 /* Another thread, which has allocated (a thread with no heap sends its
  * first remote frees home at once), frees 6 of this thread's blocks, which
  * it keeps on its foreign list (heap.h; fewer than one in 32 goes home at
- * once), and overwrites their links; at its exit the list goes home and
- * finds the first link broken. */
+ * once, and none of a slab this thread still allocates from: the filler
+ * moves it on), and overwrites their links; at its exit the list goes home
+ * and finds the first link broken. */
 enum { FOREIGN_N = 6 };
 static void *free_then_overwrite(void *arg)
 {
@@ -134,6 +135,7 @@ static void overwritten_foreign_link(void *arg)
 {
   char *blocks[FOREIGN_N];
   for (int i = 0; i < FOREIGN_N; i++) blocks[i] = tu_launder(malloc(100));
+  tu_filler(100);
   pthread_t t;
   pthread_create(&t, NULL, free_then_overwrite, blocks);
   pthread_join(t, NULL);

@@ -569,6 +569,7 @@ static void *foreign_taker(void *arg)
 static void test_foreign(void)
 {
   for (int i = 0; i < 2 * FOREIGN_N; i++) blk_alloc(&foreign_owned[i], FOREIGN_SIZE, 8000000 + (uint64_t)i);
+  tu_filler_t filler = tu_filler(FOREIGN_SIZE);
   pthread_t t;
   void *reused = NULL;
   CHECK(pthread_create(&t, NULL, foreign_taker, NULL) == 0);
@@ -578,6 +579,7 @@ static void test_foreign(void)
   CHECKF(!lists || (intptr_t)reused >= FOREIGN_N / 2, "%d of %d blocks freed by the thread came back to it",
          (int)(intptr_t)reused, FOREIGN_N);
   for (int i = FOREIGN_N; i < 2 * FOREIGN_N; i++) blk_free(&foreign_owned[i], "owner's own, after");
+  tu_filler_free(filler);
   printf("  foreign: %d of %d blocks another thread freed came back to it\n", (int)(intptr_t)reused, FOREIGN_N);
 }
 

@@ -380,6 +380,28 @@ static TU_UNUSED int tu_child_output(void (*fn)(void *), void *arg, unsigned ala
 static void *volatile tu_sink TU_UNUSED;
 static inline void *tu_launder(void *p) { tu_sink = p; return tu_sink; }
 
+/* Blocks of one size that move the calling thread's allocation of the size
+ * past the slab holding its earlier ones (TU_FILLER_BYTES exceeds any
+ * slab): another thread's free of a block in its owner's current slab goes
+ * home at once, and only the others stay on that thread's foreign list
+ * (heap.h). Freed with tu_filler_free. */
+enum { TU_FILLER_BYTES = 1 << 20 };
+typedef struct {
+  void **p;
+  size_t n;
+} tu_filler_t;
+static inline tu_filler_t tu_filler(size_t size)
+{
+  tu_filler_t f = {(void **)A(malloc)(TU_FILLER_BYTES / size * sizeof(void *)), 0};
+  while (f.p && f.n < TU_FILLER_BYTES / size && (f.p[f.n] = tu_launder(A(malloc)(size))) != NULL) f.n++;
+  return f;
+}
+static inline void tu_filler_free(tu_filler_t f)
+{
+  for (size_t i = 0; i < f.n; i++) A(free)(f.p[i]);
+  A(free)(f.p);
+}
+
 static inline uint64_t tu_xorshift(uint64_t *s)
 {
   uint64_t x = *s;
