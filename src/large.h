@@ -131,10 +131,11 @@ bool large_class_kept(size_t bytes);
 /* The owner's periodic work (its slow paths' tick): once per purge delay,
  * the blocks it keeps without the lock go to the cache, which ages them. */
 void large_tick(heap_t *heap, uint64_t now);
-/* The same at once (trim, thread exit): the calling thread's own heap. */
+/* The same at once (trim): the calling thread's own heap. */
 void large_hot_release(heap_t *heap);
-/* Out of address space: the heap's cached runs go back to its free runs,
- * where slabs and page runs can take them. Whether it held any. */
+/* That, and the heap's cached runs go back to its free runs, where slabs
+ * and page runs of any size can take them (out of address space, thread
+ * exit). Whether it held any. */
 bool large_cache_release(heap_t *heap);
 /* The usable size of large block p, under its heap's lock; 0 when p is not
  * one. */

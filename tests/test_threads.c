@@ -566,21 +566,39 @@ static void *foreign_taker(void *arg)
   return (void *)reused;
 }
 
-static void test_foreign(void)
+/* The taker's mallocs after its frees of the owner's blocks: how many of
+ * those blocks they return. With `current`, the blocks lie in the slab the
+ * owner allocates from (no filler): they go home, and the taker's data
+ * shares no line with the owner's newest blocks. */
+static intptr_t foreign_round(int current)
 {
   for (int i = 0; i < 2 * FOREIGN_N; i++) blk_alloc(&foreign_owned[i], FOREIGN_SIZE, 8000000 + (uint64_t)i);
-  tu_filler_t filler = tu_filler(FOREIGN_SIZE);
+  tu_filler_t filler = current ? (tu_filler_t){NULL, 0} : tu_filler(FOREIGN_SIZE);
   pthread_t t;
   void *reused = NULL;
   CHECK(pthread_create(&t, NULL, foreign_taker, NULL) == 0);
   CHECK(pthread_join(t, &reused) == 0);
-  /* statistics and sampling count every allocation on the slow path: no list then */
-  int lists = getenv("HAKMEM_STATS") == NULL && getenv("HAKMEM_PROFILE") == NULL;
-  CHECKF(!lists || (intptr_t)reused >= FOREIGN_N / 2, "%d of %d blocks freed by the thread came back to it",
-         (int)(intptr_t)reused, FOREIGN_N);
   for (int i = FOREIGN_N; i < 2 * FOREIGN_N; i++) blk_free(&foreign_owned[i], "owner's own, after");
   tu_filler_free(filler);
-  printf("  foreign: %d of %d blocks another thread freed came back to it\n", (int)(intptr_t)reused, FOREIGN_N);
+  return (intptr_t)reused;
+}
+
+static void test_foreign(void)
+{
+  intptr_t reused = foreign_round(0);
+  /* statistics and sampling count every allocation on the slow path: no list then */
+  int lists = getenv("HAKMEM_STATS") == NULL && getenv("HAKMEM_PROFILE") == NULL;
+  CHECKF(!lists || reused >= FOREIGN_N / 2, "%d of %d blocks freed by the thread came back to it", (int)reused,
+         FOREIGN_N);
+  printf("  foreign: %d of %d blocks another thread freed came back to it\n", (int)reused, FOREIGN_N);
+}
+
+static void test_foreign_current(void)
+{
+  intptr_t reused = foreign_round(1);
+  CHECKF(reused == 0, "%d of %d blocks of the owner's current slab came back to the thread that freed them",
+         (int)reused, FOREIGN_N);
+  printf("  foreign_current: none of %d blocks of the owner's current slab came back to their freer\n", FOREIGN_N);
 }
 
 /* The owner's side of (g) and (k): `take` mallocs of size into taken[]
@@ -781,6 +799,7 @@ static const tu_case_t cases[] = {
   {"churn", test_churn, 0},
   {"fork", test_fork, 0},
   {"foreign", test_foreign, 0},
+  {"foreign_current", test_foreign_current, 0},
   {"foreign_idle", test_foreign_idle, 0},
   {"gather_bound", test_gather_bound, 0},
   {"huge_shards", test_huge_shards, 0},
