@@ -445,11 +445,9 @@ static hak_noinline void *realloc_slow(void *p, size_t size) {
    * its way, not at every unit. The copies it leaves are kept for the next
    * blocks of their classes, as any freed block is: buffers grown again the
    * same way (the next request, record, round) take them back where they
-   * were, where merged runs would be cut elsewhere each time. The copy left
-   * by the move out of Large, as large as the block, is kept the same way
-   * while the thread keeps none of its class (the next buffer to grow there
-   * finds it resident), and purged at once beside one: else every buffer
-   * grown past it would hold its size twice. */
+   * were, where merged runs would be cut elsewhere each time. So is the copy
+   * left by the move out of Large, as large as the block: the next buffers
+   * to grow there find it resident. */
   bool grows = size > old && size > SMALL_MAX;
   void *q = NULL;
   bool to_huge = grows && size >= REALLOC_HUGE_MIN && kind != MAP_HUGE;
@@ -457,7 +455,6 @@ static hak_noinline void *realloc_slow(void *p, size_t size) {
   else if (grows && size < REALLOC_HUGE_MIN) q = alloc_inline(align_up(MAX(size, MIN(2 * old, REALLOC_HUGE_MIN)), UNIT_SIZE));
   if (q == NULL && (q = alloc_inline(size)) == NULL) return NULL;
   memcpy(q, p, old < size ? old : size);
-  if (large && to_huge && large_class_kept(old)) os_purge(p, old);
   free_inline(p);
   return q;
 }

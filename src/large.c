@@ -499,17 +499,6 @@ static int hot_push(heap_t *heap, void *p) {
 
 bool large_free_hot(heap_t *heap, void *p) { return policy_knob(KNOB_PURGE_DELAY_MS) != 0 && hot_push(heap, p) > 0; }
 
-bool large_class_kept(size_t bytes) {
-  heap_t *heap = heap_get();
-  int c = bytes > SMALL_MAX ? cache_class(bytes) : -1;
-  if (c < 0 || heap == &hak_heap_empty) return false;
-  if (c < LARGE_HOT_CLASSES && hot_holds(&heap->lhot.list[c])) return true;
-  heap_lock(heap);
-  bool cached = heap->lcache.n[c] != 0;
-  heap_unlock(heap);
-  return cached;
-}
-
 bool large_free(void *p) {
   heap_t *heap = heap_get();
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);

@@ -125,9 +125,6 @@ hak_inline bool large_free_quick(heap_t *heap, void *p) {
   return true;
 }
 
-/* Whether the calling thread keeps a freed block of the class of Large
- * blocks of bytes (on its list or in its cache). */
-bool large_class_kept(size_t bytes);
 /* The owner's periodic work (its slow paths' tick): once per purge delay,
  * the blocks it keeps without the lock go to the cache, which ages them. */
 void large_tick(heap_t *heap, uint64_t now);
