@@ -598,7 +598,8 @@ static void test_foreign_current(void)
   intptr_t reused = foreign_round(1);
   CHECKF(reused == 0, "%d of %d blocks of the owner's current slab came back to the thread that freed them",
          (int)reused, FOREIGN_N);
-  printf("  foreign_current: none of %d blocks of the owner's current slab came back to their freer\n", FOREIGN_N);
+  printf("  foreign_current: %d of %d blocks of the owner's current slab came back to their freer\n", (int)reused,
+         FOREIGN_N);
 }
 
 /* The owner's side of (g) and (k): `take` mallocs of size into taken[]
