@@ -161,7 +161,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   }
   if (size > SMALL_MAX) {
     learn_alloc(size);
-    if (align <= MIN_ALIGN && !zero && (p = large_alloc_hot(heap, size)) != NULL) return p;
+    if (size <= LARGE_MAX && align <= MIN_ALIGN && !zero && (p = large_alloc_hot(heap, size)) != NULL) return p;
   }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
@@ -548,7 +548,7 @@ HAK_API struct mallinfo2 hak_mallinfo2(void) {
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
   size_t mapped = atomic_load(&region_count) * REGION_SIZE;
-  size_t spans = atomic_load(&region_span_bytes) + large_live_bytes(), huge = atomic_load(&huge_live_bytes);
+  size_t spans = atomic_load(&region_span_bytes) + large_live_bytes(), huge = huge_live_bytes();
   mi.arena = mapped;
   mi.hblkhd = huge;
   mi.hblks = (size_t)atomic_load(&hak_stats.huge_mapped);

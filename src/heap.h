@@ -115,6 +115,13 @@ struct heap_s {
   /* last: heap_new leaves them as fresh memory (zero), so that only the
    * classes a program frees into are ever touched */
   large_hot_t lhot;   /* the owner's, without the lock (large.c) */
+  /* the huge block the thread freed last, held for its next huge malloc:
+   * its address | its units, 0 for none; any thread's purge round may take
+   * it, so every access is atomic (huge.c) */
+  _Atomic uintptr_t huge_held;
+  uintptr_t huge_seen;   /* huge_held as a purge round last saw it (relaxed atomics) */
+  uint64_t huge_seen_ms; /* and when */
+  int64_t huge_live;     /* bytes of huge blocks its threads allocated, less those they freed (huge.c) */
   /* the owner's tcache: a list per class of the blocks it freed last,
    * whichever slab they lie in, which its mallocs take first (heap.c);
    * zero until the class's first slab */

@@ -79,7 +79,6 @@ static shard_t shards[HUGE_SHARDS];
 static hak_lock_t huge_lock; /* the arena slots and the own mappings' list */
 static own_t *owns;
 static arena_t *arenas[MAP_ARENAS];
-_Atomic size_t huge_live_bytes;
 _Atomic uint64_t huge_reused_bytes;
 
 /* The calling thread's shard: its heap's, so that a thread that takes the
@@ -94,17 +93,25 @@ void huge_init(void) {
   }
 }
 
-size_t huge_cached_bytes(void) {
+static size_t shards_cached_bytes(void) {
   size_t n = 0;
   for (int i = 0; i < HUGE_SHARDS; i++) n += run_heap_dirty_bytes(&shards[i].runs);
   return n;
 }
 
-/* The BigCache's bound in units, less what the other shards cache (sh's
- * own count holds still under its lock, which the caller holds). */
+#define HELD_SLACK 4 /* a held block serves a malloc of at least 1/4 fewer units */
+_Static_assert(ARENA_MAX >> UNIT_BITS < ARENA_UNIT, "a held word's units fit below its address");
+
+static char *held_block(uintptr_t w) { return (char *)(w & ~(ARENA_UNIT - 1)); }
+static size_t held_units(uintptr_t w) { return w & (ARENA_UNIT - 1); }
+
+/* The BigCache's bound in units, less what the other shards cache and the
+ * block the calling thread holds (sh's own count holds still under its
+ * lock, which the caller holds). */
 static size_t cache_cap_pages(const shard_t *sh) {
   size_t cap = ((size_t)policy_knob(KNOB_BIGCACHE_MB) << 20) >> UNIT_BITS;
-  size_t others = (huge_cached_bytes() - run_heap_dirty_bytes(&sh->runs)) >> UNIT_BITS;
+  size_t others = (shards_cached_bytes() - run_heap_dirty_bytes(&sh->runs)) >> UNIT_BITS;
+  others += held_units(atomic_load_explicit(&heap_get()->huge_held, memory_order_relaxed));
   return cap > others ? cap - others : 0;
 }
 
@@ -281,26 +288,6 @@ static void cache_yield(shard_t *sh, size_t n) {
     cache_purge(sh, now, UINT64_MAX, SIZE_MAX, n);
 }
 
-size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
-  size_t n = 0;
-  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
-    hak_lock(&sh->lock);
-    n += cache_evict_locked(sh, now, force);
-    hak_unlock(&sh->lock);
-    if (unmap) n += arenas_unmap_empty(sh);
-  }
-  if (pending) *pending |= huge_cached_bytes() != 0;
-  return n;
-}
-
-size_t huge_cache_shrink(size_t bytes) {
-  size_t n = 0;
-  uint64_t now = os_now_ms();
-  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS && n < bytes; sh++)
-    n += cache_purge(sh, now, UINT64_MAX, SIZE_MAX, (bytes - n + ARENA_UNIT - 1) >> UNIT_BITS);
-  return n;
-}
-
 void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t young[]) {
   for (size_t k = 0; k < n; k++) young[k] = 0;
   for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
@@ -386,6 +373,21 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   return p;
 }
 
+/* Frees arena block p (map kind kind, in shard sh) as freed at t: its
+ * usable size, 0 when p is not one. */
+static size_t arena_free(shard_t *sh, void *p, uint8_t kind, uint64_t t) {
+  hak_lock(&sh->lock);
+  run_t r = arena_block(p, kind);
+  size_t usable = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
+  /* what may be resident: not the clean units it holds to grow into */
+  if (r.chunk) {
+    run_free_prefix(r, MIN(r.pages, MAX(arena_of_run(r)->touched[r.page], units_of(usable))), t);
+    cache_evict_locked(sh, os_now_ms(), false);
+  }
+  hak_unlock(&sh->lock);
+  return usable;
+}
+
 /* ---- own mappings ----------------------------------------------------------------- */
 
 /* The header of own-mapping block p (map kind `kind`), or NULL. The header is
@@ -460,7 +462,7 @@ static void own_free(own_t *h) {
   os_unmap(map, size);
 }
 
-/* ---- the interface ------------------------------------------------------------------ */
+/* ---- sizes and counts ----------------------------------------------------------------- */
 
 /* The pages a block of size bytes takes; 0 when no block can be that big. */
 static size_t block_bytes(size_t size) {
@@ -468,11 +470,23 @@ static size_t block_bytes(size_t size) {
 }
 
 /* A huge block whose usable size went from old to now bytes (old 0: new,
- * now 0: freed), counted in the live bytes and the statistics. */
+ * now 0: freed), counted in the live bytes and the statistics. Each heap
+ * counts its thread's calls, so that no huge malloc or free writes a line
+ * that other threads write (huge_live_bytes adds them up). */
+static _Atomic int64_t heapless_live; /* the calls of threads with no heap */
 static void count_usable(size_t old, size_t now) {
-  atomic_fetch_add_explicit(&huge_live_bytes, now - old, memory_order_relaxed);
+  heap_t *h = heap_get();
+  int64_t d = (int64_t)(now - old);
+  if (h != &hak_heap_empty) __atomic_store_n(&h->huge_live, h->huge_live + d, __ATOMIC_RELAXED);
+  else atomic_fetch_add_explicit(&heapless_live, d, memory_order_relaxed);
   if (old) stat_free(STAT_ROW_HUGE, old, true);
   if (now) stat_alloc(STAT_ROW_HUGE, now);
+}
+
+size_t huge_live_bytes(void) {
+  int64_t n = atomic_load_explicit(&heapless_live, memory_order_relaxed);
+  for (heap_t *h = heap_all(); h; h = h->next_all) n += __atomic_load_n(&h->huge_live, __ATOMIC_RELAXED);
+  return n > 0 ? (size_t)n : 0;
 }
 
 static void *counted(void *p) {
@@ -480,10 +494,175 @@ static void *counted(void *p) {
   return p;
 }
 
+/* ---- the held block ---------------------------------------------------------------
+ * A thread's free of an arena block holds it in the thread's heap, still an
+ * allocated run to the shard, and its next huge malloc takes it back where
+ * it has about the units asked for (HELD_SLACK): a program that frees and
+ * allocates buffers of one size pays no lock, no run search, no clock. Any
+ * other huge malloc cuts or grows it in place under the lock, or frees it
+ * first, so that its units serve the run search; one block only, for the
+ * same reason. Purge rounds free a block they find
+ * held a purge delay apart, as freed when first seen, and all on trim. The
+ * heap's word is the block's address | its units (blocks start on units,
+ * and an arena holds fewer units than one holds addresses). */
+/* Frees the block of held word w, taken off its heap, as freed at t. Its
+ * live bytes and statistics were counted off when it was held. */
+static void held_release(uintptr_t w, uint64_t t) {
+  char *p = held_block(w);
+  uint8_t kind = map_kind(p);
+  arena_free(shard_of(kind), p, kind, t);
+}
+
+/* Holds p, the calling thread's free of a block in an arena (map kind
+ * kind), and frees the block held before; false where it does not hold p
+ * (no heap, purging at once, p not a block's start). */
+static bool held_put(void *p, uint8_t kind) {
+  heap_t *heap = heap_get();
+  uint32_t unit;
+  arena_t *a = heap != &hak_heap_empty ? arena_for(p, kind, &unit) : NULL;
+  /* p's run is live while the program holds p: read without the lock */
+  size_t units = a ? run_live_pages(&a->chunk, unit) : 0, cap = (size_t)policy_knob(KNOB_BIGCACHE_MB) << 20;
+  if (units == 0 || (units << UNIT_BITS) > cap || policy_knob(KNOB_PURGE_DELAY_MS) == 0) return false;
+  /* read before the word holds p: a purge round may free p from then on */
+  size_t usable = __atomic_load_n(&a->usable[unit], __ATOMIC_RELAXED);
+  /* A block held already was not taken since: frees in a row (a burst
+   * freed) gain nothing from holding, and the first one stays. Only the
+   * owner makes the word non-zero: where it reads 0, a store holds p; a
+   * purge round may empty it, never fill it. */
+  uintptr_t w = (uintptr_t)p | units, old = atomic_load_explicit(&heap->huge_held, memory_order_relaxed);
+  if (old == w) {
+    harden_double_free(p); /* returns only to ignore the second free */
+    return true;
+  }
+  if (old != 0) return false;
+  atomic_store_explicit(&heap->huge_held, w, memory_order_release);
+  count_usable(usable, 0);
+  size_t cached = shards_cached_bytes() + (units << UNIT_BITS);
+  if (cached > cap) huge_cache_shrink(cached - cap);
+  return true;
+}
+
+/* The held block of word w cut to want units, its tail freed, or grown to
+ * them over the free units after it where all of those may be resident
+ * (clean ones would fault where a run in the bins might not), under its
+ * shard's lock: its units now, or 0 where neither fits (it is freed then). */
+static size_t held_reshape(uintptr_t w, uint32_t want) {
+  char *p = held_block(w);
+  uint8_t kind = map_kind(p);
+  shard_t *sh = shard_of(kind);
+  uint64_t now = os_now_ms();
+  hak_lock(&sh->lock);
+  run_t r = arena_block(p, kind);
+  arena_t *a = arena_of_run(r);
+  uint32_t touched = (uint32_t)MIN(MAX(a->touched[r.page], units_of(a->usable[r.page])), r.pages);
+  bool dirty = false, ok = true;
+  if (want < r.pages) run_shrink(&r, want, now);
+  else ok = run_grow(&r, want, true, &dirty);
+  if (ok) a->touched[r.page] = dirty ? r.pages : MIN(touched, r.pages);
+  else run_free_prefix(r, touched, now);
+  cache_evict_locked(sh, now, false);
+  hak_unlock(&sh->lock);
+  return ok ? r.pages : 0;
+}
+
+/* The calling thread's held block for a huge malloc of bytes aligned to
+ * align (counted live, zeroed with zero), reshaped where it has too few
+ * units or too many; NULL, the block freed, where that fails, or none is
+ * held. */
+static void *held_take(size_t bytes, size_t align, bool zero) {
+  heap_t *heap = heap_get();
+  if (atomic_load_explicit(&heap->huge_held, memory_order_relaxed) == 0) return NULL;
+  uintptr_t w = atomic_exchange_explicit(&heap->huge_held, 0, memory_order_acq_rel);
+  size_t want = units_of(bytes), have = held_units(w);
+  if (w == 0) return NULL;
+  if (align > ARENA_UNIT) {
+    held_release(w, os_now_ms());
+    return NULL;
+  }
+  if ((have < want || have - want > want / HELD_SLACK) && (have = held_reshape(w, (uint32_t)want)) == 0) return NULL;
+  char *p = held_block(w);
+  uint32_t unit;
+  arena_t *a = arena_for(p, map_kind(p), &unit);
+  /* its free passes as dirty what its last use and this one may touch */
+  a->touched[unit] = (uint32_t)MIN(MAX(a->touched[unit], units_of(a->usable[unit])), have);
+  size_t usable = MIN(have << UNIT_BITS, os_page_round(bytes + bytes / 4));
+  __atomic_store_n(&a->usable[unit], usable, __ATOMIC_RELAXED);
+  count_usable(0, usable);
+  if (unlikely(hak_stats_enabled)) stat_inc(huge_held_hits);
+  if (zero) os_zero(p, bytes);
+  return p;
+}
+
+/* Bytes of the blocks the heaps hold; with starts, whether one starts at lo. */
+static size_t held_bytes(uintptr_t lo, bool *starts) {
+  size_t n = 0;
+  for (heap_t *h = heap_all(); h; h = h->next_all) {
+    uintptr_t w = atomic_load_explicit(&h->huge_held, memory_order_relaxed);
+    n += held_units(w) << UNIT_BITS;
+    if (starts && w && (uintptr_t)held_block(w) == lo) *starts = true;
+  }
+  return n;
+}
+
+/* Frees the blocks the heaps hold: those a purge delay old, as seen by
+ * these calls, or all with force or over the BigCache's bound. Returns
+ * their bytes. */
+static size_t held_sweep(uint64_t now, bool force) {
+  long delay = policy_knob(KNOB_PURGE_DELAY_MS);
+  size_t n = 0;
+  /* a bound lowered below what they hold (the learner's leaner strategies) frees them all */
+  force |= held_bytes(0, NULL) + shards_cached_bytes() > (size_t)policy_knob(KNOB_BIGCACHE_MB) << 20;
+  for (heap_t *h = heap_all(); h; h = h->next_all) {
+    uintptr_t w = atomic_load_explicit(&h->huge_held, memory_order_relaxed);
+    uint64_t seen = __atomic_load_n(&h->huge_seen_ms, __ATOMIC_RELAXED);
+    if (w == 0) continue;
+    if (!force && __atomic_load_n(&h->huge_seen, __ATOMIC_RELAXED) != w) {
+      __atomic_store_n(&h->huge_seen, w, __ATOMIC_RELAXED);
+      __atomic_store_n(&h->huge_seen_ms, now, __ATOMIC_RELAXED);
+      continue;
+    }
+    if (!force && (delay < 0 || now - seen < (uint64_t)delay)) continue;
+    if (!atomic_compare_exchange_strong_explicit(&h->huge_held, &w, 0, memory_order_acq_rel, memory_order_relaxed)) continue;
+    held_release(w, force ? now : seen);
+    n += held_units(w) << UNIT_BITS;
+  }
+  return n;
+}
+
+
+/* ---- the interface ------------------------------------------------------------------ */
+
+size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
+  size_t n = held_sweep(now, force);
+  for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
+    hak_lock(&sh->lock);
+    n += cache_evict_locked(sh, now, force);
+    hak_unlock(&sh->lock);
+    if (unmap) n += arenas_unmap_empty(sh);
+  }
+  if (pending) *pending |= shards_cached_bytes() + held_bytes(0, NULL) != 0;
+  return n;
+}
+
+size_t huge_cache_shrink(size_t bytes) {
+  size_t n = 0;
+  uint64_t now = os_now_ms();
+  for (int round = 0; round < 2 && n < bytes; round++) {
+    if (round) held_sweep(now, true); /* the held blocks give way too, where the caches fall short */
+    for (shard_t *sh = shards; sh < shards + HUGE_SHARDS && n < bytes; sh++)
+      n += cache_purge(sh, now, UINT64_MAX, SIZE_MAX, (bytes - n + ARENA_UNIT - 1) >> UNIT_BITS);
+  }
+  return n;
+}
+
+size_t huge_cached_bytes(void) { return shards_cached_bytes() + held_bytes(0, NULL); }
+
 void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
-  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
+  void *p = held_take(bytes, align, zero);
+  if (p) return p;
+  p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
   return counted(p ? p : own_alloc(size, align, 0));
 }
 
@@ -506,17 +685,9 @@ bool huge_free(void *p) {
   }
   shard_t *sh = shard_of(kind);
   if (sh == NULL) return false;
-  uint64_t now = os_now_ms();
-  hak_lock(&sh->lock);
-  run_t r = arena_block(p, kind);
-  size_t usable = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
-  /* what may be resident: not the clean units it holds to grow into */
-  if (r.chunk) {
-    run_free_prefix(r, MIN(r.pages, MAX(arena_of_run(r)->touched[r.page], units_of(usable))), now);
-    cache_evict_locked(sh, now, false);
-  }
-  hak_unlock(&sh->lock);
-  if (r.chunk == NULL) return false;
+  if (held_put(p, kind)) return true;
+  size_t usable = arena_free(sh, p, kind, os_now_ms());
+  if (usable == 0) return false;
   count_usable(usable, 0);
   return true;
 }
@@ -670,8 +841,11 @@ void huge_resident(size_t *live, size_t *cached, size_t *meta) {
       *meta += os_resident(a, arena_meta_bytes(a->size >> UNIT_BITS));
       run_chunk_t *c = &a->chunk;
       for (uint32_t s = 0; s < c->limit; s += c->len[s] ? c->len[s] : 1) {
-        size_t n = os_resident(c->base + ((size_t)s << UNIT_BITS), (size_t)c->len[s] << UNIT_BITS);
-        if (run_at(c, s).chunk) *live += n;
+        uintptr_t at = (uintptr_t)c->base + ((size_t)s << UNIT_BITS);
+        size_t n = os_resident((void *)at, (size_t)c->len[s] << UNIT_BITS);
+        bool held = false;
+        held_bytes(at, &held);
+        if (run_at(c, s).chunk && !held) *live += n;
         else *cached += n;
       }
     }

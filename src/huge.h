@@ -11,6 +11,8 @@
  * The arenas fall in shards, each with its own lock and run heap (run.h),
  * which finds free runs whatever the number of arenas and runs: a thread
  * places its blocks in its own shard, so threads do not queue on one lock.
+ * A thread holds the arena block it freed last for its next huge malloc of
+ * about the size, which takes it back without a lock.
  *
  * Blocks beyond an arena's largest, or aligned beyond a region, have a
  * mapping of their own, unmapped when freed. */
@@ -56,8 +58,9 @@ void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t 
  * mapping of a block's own (statistics). */
 void huge_resident(size_t *live, size_t *cached, size_t *meta);
 bool huge_meta_overlaps(uintptr_t lo, uintptr_t hi);
-/* Bytes of huge blocks live now, and placed on cached pages so far. */
-extern _Atomic size_t huge_live_bytes;
+/* Bytes of huge blocks live now. */
+size_t huge_live_bytes(void);
+/* Bytes of huge blocks placed on the BigCache's pages so far. */
 extern _Atomic uint64_t huge_reused_bytes;
 /* Takes (lock) or releases every lock of this layer, around fork. */
 void huge_fork_lock(bool lock);

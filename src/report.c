@@ -65,7 +65,7 @@ static void print_memory(out_t *o) {
     print_bytes(o, "  of which live blocks", (uint64_t)(small > 0 ? small : 0));
   }
   print_bytes(o, "in large blocks", large_live_bytes());
-  print_bytes(o, "in huge blocks", LOAD(huge_live_bytes));
+  print_bytes(o, "in huge blocks", huge_live_bytes());
   print_bytes(o, "large blocks freed and kept for reuse", large_cached_bytes());
   print_bytes(o, "free and not yet purged (slab units, large pages)", heap_dirty_bytes(NULL));
   print_bytes(o, "huge blocks' pages cached for reuse (BigCache)", huge_cached_bytes());
@@ -277,7 +277,7 @@ static void json_write(out_t *o) {
   out_str(o, "{");
   json_uint(o, &f, "slab_spans", LOAD(region_span_bytes));
   json_uint(o, &f, "large_live", large_live_bytes());
-  json_uint(o, &f, "huge_live", LOAD(huge_live_bytes));
+  json_uint(o, &f, "huge_live", huge_live_bytes());
   json_uint(o, &f, "dirty", heap_dirty_bytes(NULL));
   json_uint(o, &f, "bigcache", huge_cached_bytes());
   json_uint(o, &f, "purged", (uint64_t)LOAD(hak_stats.bytes_purged));

@@ -26,6 +26,7 @@
   X(huge_mapped, "huge blocks given a mapping of their own")         \
   X(huge_arena_blocks, "huge blocks placed in arenas")               \
   X(huge_cache_hits, "huge blocks placed on cached pages")           \
+  X(huge_held_hits, "huge blocks taken back by the thread that freed them") \
   X(bytes_purged, "bytes purged (returned with madvise)")            \
   X(purge_rounds, "purge rounds")                                    \
   X(slabs_wiped, "slabs emptied by other threads and returned")      \

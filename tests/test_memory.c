@@ -1004,6 +1004,43 @@ static void test_calloc(void)
   }
 }
 
+/* A freed huge block is held by the thread that freed it: its next huge
+ * malloc of about the size takes it back, pages and all; one of another
+ * size frees it first; it goes back with the purge delay and the cache's
+ * age while the program allocates, and at once on malloc_trim. */
+static void test_huge_held(void)
+{
+  const size_t size = 8 * MiB, big = 24 * MiB;
+  size_t base = tu_rss();
+  unsigned char *p = A(malloc)(size);
+  CHECK(p != NULL);
+  memset(p, 1, size);
+  A(free)(p);
+  unsigned char *q = A(malloc)(size - 100 * 1024);
+  CHECKF(q == p, "malloc(8 MiB - 100 KiB) after free(8 MiB) came at %p, not as the freed block %p", (void *)q, (void *)p);
+  CHECKF(A(malloc_usable_size)(q) >= size - 100 * 1024, "%zu B usable", A(malloc_usable_size)(q));
+  CHECK(q[4096] == 1 && q[size - 200 * 1024] == 1); /* its pages kept */
+  A(free)(q);
+  unsigned char *r = A(malloc)(big); /* another size: the held block freed, its units free for it */
+  CHECK(r != NULL);
+  memset(r, 2, big);
+  A(free)(r);
+  size_t before = tu_rss();
+  CHECK(A(malloc_trim)(0) == 1);
+  size_t after = tu_rss();
+  CHECKF(after + big - 4 * MiB <= before, "malloc_trim(0) took %zu MiB back, not the held %zu MiB block",
+         mib(before - after), mib(big));
+  unsigned char *s = A(malloc)(big);
+  CHECK(s != NULL);
+  memset(s, 3, big);
+  A(free)(s);
+  double t0 = tu_now();
+  size_t rss = wait_rss_below(base + 4 * MiB, 2000);
+  CHECKF(rss <= base + 4 * MiB, "%zu MiB still resident 2 s after freeing a held %zu MiB block", mib(rss - base), mib(big));
+  printf("test_memory huge_held: a freed 8 MiB block taken back at once, trimmed; a held %zu MiB block back in %.2f s: OK\n",
+         mib(big), tu_now() - t0);
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -1025,6 +1062,7 @@ static const tu_case_t cases[] = {
   {"arena_grow", test_arena_grow, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
   {"large_held", test_large_held, TU_BY_NAME},
+  {"huge_held", test_huge_held, TU_BY_NAME},
   {"grow_huge", test_grow_huge, 0},
   {"calloc", test_calloc, TU_BY_NAME},
 };

@@ -92,7 +92,7 @@ static void test_random_order(void)
 #define DETECTIONS(X)                                                   \
   X(double_free, double_free_small, SIGABRT, "double free")             \
   X(large_double_free, double_free_large, SIGABRT, "not a live block")  \
-  X(huge_double_free, double_free_huge, SIGABRT, "not a live block")    \
+  X(huge_double_free, double_free_huge, SIGABRT, "double free")         \
   X(interior_pointer, interior_free, SIGABRT, "inside a block")         \
   X(foreign_pointer, foreign_free, SIGABRT, "not a live block")         \
   X(overwritten_list, overwritten_list, SIGABRT, "free list corrupted") \
