@@ -21,13 +21,16 @@
  * ns_per_op = the slowest thread's loop time / its operations; live_mb =
  * requested bytes held (virtual: most of it is never touched).
  *
+ * align=A allocates with posix_memalign(A) instead of malloc (and fails a
+ * block not aligned so): buffers for direct I/O and SIMD.
+ *
  * usage: random_sizes [threads=1] [slots=4096] [live_mb=0] [ops=1000000]
- *                     [min=16] [max=262144] [seed=1]   (slots, ops per thread)
+ *                     [min=16] [max=262144] [seed=1] [align=0]   (slots, ops per thread)
  */
 #include "bench.h"
 
 static struct {
-    uint64_t threads, slots, live_mb, ops, min, max, seed;
+    uint64_t threads, slots, live_mb, ops, min, max, seed, align;
 } P;
 
 /* The first and last byte of a block carry bytes derived from its tag. */
@@ -51,7 +54,8 @@ static int edge_new(block_t *b, size_t size, uint64_t tag)
 {
     b->size = size;
     b->tag = tag;
-    if (!(b->p = malloc(size))) return 0;
+    if (P.align ? posix_memalign(&b->p, P.align, size) != 0 : !(b->p = malloc(size))) return 0;
+    if ((uintptr_t)b->p & (P.align ? P.align - 1 : 0)) return 0; /* not aligned as asked: a failure */
     edge_fill(b);
     return 1;
 }
@@ -80,9 +84,11 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-    bench_params(argc, argv, "threads=1 slots=4096 live_mb=0 ops=1000000 min=16 max=262144 seed=1", &P.threads,
-                 &P.slots, &P.live_mb, &P.ops, &P.min, &P.max, &P.seed);
+    bench_params(argc, argv, "threads=1 slots=4096 live_mb=0 ops=1000000 min=16 max=262144 seed=1 align=0", &P.threads,
+                 &P.slots, &P.live_mb, &P.ops, &P.min, &P.max, &P.seed, &P.align);
     arg_need(P.threads >= 1 && P.min >= 1 && P.max >= P.min, "threads >= 1, 1 <= min <= max");
+    arg_need(P.align == 0 || (P.align >= sizeof(void *) && (P.align & (P.align - 1)) == 0),
+             "align 0 (malloc) or a power of two of a pointer's size or more (posix_memalign)");
     double mean = (P.min + P.max) / 2.0;
     if (P.live_mb) P.slots = (uint64_t)(P.live_mb * 1048576.0 / P.threads / mean);
     arg_need(P.slots >= 1, "live_mb too small for one block a thread");
@@ -90,8 +96,8 @@ int main(int argc, char **argv)
     double secs;
     int ok = run_workers((int)P.threads, run, &ops, &secs);
     printf("bench=random-sizes threads=%" PRIu64 " slots=%" PRIu64 " min=%" PRIu64 " max=%" PRIu64
-           " live_mb=%.0f seconds=%.3f ops=%" PRIu64 " ns_per_op=%.1f ops_per_sec=%.0f",
-           P.threads, P.slots, P.min, P.max, P.slots * P.threads * mean / 1048576.0, secs, ops,
+           " align=%" PRIu64 " live_mb=%.0f seconds=%.3f ops=%" PRIu64 " ns_per_op=%.1f ops_per_sec=%.0f",
+           P.threads, P.slots, P.min, P.max, P.align, P.slots * P.threads * mean / 1048576.0, secs, ops,
            secs * 1e9 * P.threads / (ops ? ops : 1), ops / secs);
     return bench_finish(ok);
 }

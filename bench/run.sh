@@ -172,6 +172,7 @@ if [ $MODE = full ]; then
     "random_sizes|2 thr, 4-12 MiB, 8 slots|threads=2 slots=8 ops=100000 min=4194304 max=12582912 seed=1"
     "random_sizes|1 thr, one 6 MiB buffer again and again|threads=1 slots=1 ops=300000 min=6291456 max=6291456 seed=1"
     "random_sizes|2 thr, one 5-7 MiB buffer each|threads=2 slots=1 ops=200000 min=5242880 max=7340032 seed=1"
+    "random_sizes|1 thr, 4 KiB-aligned 32-64 KiB, 16 slots|threads=1 slots=16 ops=2000000 min=32768 max=65536 align=4096 seed=1"
     "random_sizes|heap 16 MiB, 1 thr|threads=1 live_mb=16 ops=50000 $RS|3"
     "random_sizes|heap 256 MiB, 1 thr|threads=1 live_mb=256 ops=50000 $RS|3"
     "random_sizes|heap 4 GiB, 1 thr|threads=1 live_mb=4096 ops=50000 $RS|3"

@@ -161,7 +161,7 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   }
   if (size > SMALL_MAX) {
     learn_alloc(size);
-    if (size <= LARGE_MAX && align <= MIN_ALIGN && !zero && (p = large_alloc_hot(heap, size)) != NULL) return p;
+    if (size <= LARGE_MAX && align <= LARGE_MAX && !zero && (p = large_alloc_hot(heap, size, MAX(align, 1))) != NULL) return p;
   }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
@@ -346,6 +346,8 @@ hak_inline void free_inline(void *p) {
 static void *alloc_aligned(size_t size, size_t align) {
   /* every class from MIN_ALIGN up is a multiple of it, as malloc's guarantee needs */
   if (align <= MIN_ALIGN && size <= SMALL_MAX) return alloc_inline(size < align ? align : size);
+  /* every block above the small classes starts on a page: malloc's own */
+  if (align <= os_page_size() && size > SMALL_MAX) return alloc_inline(size);
   heap_t *heap = heap_get();
   bool sample = HAKMEM_PROFILING && (hak_tls_view.sample_left -= (int64_t)size) < 0;
   if (size <= SMALL_MAX && align <= SMALL_MAX) {

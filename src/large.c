@@ -43,16 +43,17 @@ static int cache_class_of(size_t bytes) {
  * where the freed blocks had theirs, resident. */
 #define LARGE_GRID ((size_t)128 * 1024)
 
-/* The run of a block of size bytes: its class's, unless it is aligned or
+/* The run of a block of size bytes: its class's (aligned too: the class's
+ * lists and cache then serve a program that asks aligned), unless it is
  * above LARGE_CLASS_MAX, where rounding up to a class would leave a quarter
  * of a region unused (a region holds three 1 MiB runs, but four of
  * 1,000,000 bytes): those take whole pages, and are not cached. A size
  * seldom comes back to the page, so a cached one waited for its own size
  * while others took fresh pages; freed, it merges with its free neighbours,
  * and its dirty pages serve the next block of any size (run_alloc). */
-static size_t block_bytes_of(size_t size, size_t align) {
+static size_t block_bytes_of(size_t size) {
   size_t bytes = os_page_round(size ? size : 1);
-  return align > os_page_size() || bytes <= SMALL_MAX || bytes > LARGE_CLASS_MAX ? bytes : class_bytes(large_class(bytes));
+  return bytes <= SMALL_MAX || bytes > LARGE_CLASS_MAX ? bytes : class_bytes(large_class(bytes));
 }
 
 /* Both, by page count up to LARGE_CLASS_MAX, made once at start-up (large_init):
@@ -75,7 +76,7 @@ void large_init(void) {
    * LARGE_CLASS_MAX: a block that no list holds */
   __builtin_memset(large_hot_of_pages, LARGE_HOT_CLASSES, sizeof large_hot_of_pages);
   for (size_t n = 1; n <= (LARGE_CLASS_MAX >> shift); n++) {
-    fit_pages[n] = (uint8_t)(block_bytes_of(n << shift, 0) >> shift);
+    fit_pages[n] = (uint8_t)(block_bytes_of(n << shift) >> shift);
     class_of_pages[n] = (int8_t)cache_class_of(n << shift);
     unsigned c = (unsigned)class_of_pages[n];
     large_hot_of_pages[n] = (uint8_t)((n << shift) > SMALL_MAX && c < LARGE_HOT_CLASSES ? c : LARGE_HOT_CLASSES);
@@ -93,10 +94,9 @@ static int cache_class(size_t bytes) {
   return likely(bytes <= LARGE_CLASS_MAX) ? class_of_pages[bytes >> os_page_log2()] : cache_class_of(bytes);
 }
 
-static size_t block_bytes(size_t size, size_t align) {
-  if (likely(size - 1 < LARGE_CLASS_MAX && align <= os_page_size()))
-    return (size_t)fit_pages[(size + os_page_size() - 1) >> os_page_log2()] << os_page_log2();
-  return block_bytes_of(size, align);
+static size_t block_bytes(size_t size) {
+  if (likely(size - 1 < LARGE_CLASS_MAX)) return (size_t)fit_pages[(size + os_page_size() - 1) >> os_page_log2()] << os_page_log2();
+  return block_bytes_of(size);
 }
 
 /* The heap's Large bytes, a block of `removed` bytes replaced by one of
@@ -395,10 +395,10 @@ size_t large_cached_bytes(void) {
 
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   unsigned shift = os_page_log2();
-  size_t bytes = block_bytes(size, align);
+  size_t bytes = block_bytes(size);
   uint32_t n = (uint32_t)(bytes >> shift), a = align > os_page_size() ? (uint32_t)(align >> shift) : 1;
   if (n + a - 1 > (REGION_SIZE >> shift) - region_header_pages()) return NULL; /* no region is sure to hold it */
-  int c = a == 1 ? cache_class(bytes) : -1;
+  int c = cache_class(bytes);
   run_t r;
   heap_lock(heap);
   bool ok = false;
@@ -407,7 +407,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
     ok = bytes > LARGE_CLASS_MAX && a == 1 && held_reshape(heap, n, now, &r);
     if (!ok) held_send(heap, now, policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
   }
-  if (!ok) ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, &r);
+  if (!ok) ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, a, &r);
   uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
   while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, grid, &r);
@@ -424,10 +424,10 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   return p;
 }
 
-void *large_alloc_hot(heap_t *heap, size_t size) {
-  if (size > LARGE_CLASS_MAX) return held_take(&heap->lhot, size);
-  unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
+void *large_alloc_hot(heap_t *heap, size_t size, size_t align) {
   large_hot_t *h = &heap->lhot;
+  if (size > LARGE_CLASS_MAX) return ((uintptr_t)h->held & (align - 1)) == 0 ? held_take(h, size) : NULL;
+  unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   if (c >= LARGE_HOT_CLASSES) return NULL;
   slab_t *l = &h->list[c];
   if (!hot_holds(l)) {
@@ -435,6 +435,7 @@ void *large_alloc_hot(heap_t *heap, size_t size) {
     return NULL;
   }
   block_t *b = l->free;
+  if (((uintptr_t)b & (align - 1)) != 0) return NULL; /* the last freed one only: an aligned program frees aligned ones */
   if (unlikely(!block_take(b))) {
     hot_broken(h, c, b);
     hot_sync(h);
@@ -552,7 +553,7 @@ bool large_resize(void *p, size_t size) {
   if (r.chunk == NULL) return false;
   size_t old = run_bytes(r);
   unsigned shift = os_page_log2();
-  uint32_t n = (uint32_t)(block_bytes(size, 0) >> shift);
+  uint32_t n = (uint32_t)(block_bytes(size) >> shift);
   bool dirty, ok = true;
   if (n > r.pages) ok = run_grow(&r, n, false, &dirty);
   else if (n < r.pages) run_shrink(&r, n, os_now_ms());

@@ -32,11 +32,12 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
 /* Frees Large block p (in a region, on a unit no slab holds); it may be
  * kept for the next block of its class. False when p is not one. */
 bool large_free(void *p);
-/* The owner's malloc of size bytes (a Large size, no alignment, not zeroed)
- * from the blocks it freed last, where malloc's fast path did not take one
- * (its view does not show the list); NULL when it keeps none of the size's
- * class. */
-void *large_alloc_hot(heap_t *heap, size_t size);
+/* The owner's malloc of size bytes (a Large size, aligned to align, a power
+ * of two; not zeroed) from the blocks it freed last, where malloc's fast
+ * path did not take one (its view does not show the list, or the
+ * alignment is above a page); NULL when it keeps none of the size's class
+ * that is aligned so at the head of its list. */
+void *large_alloc_hot(heap_t *heap, size_t size, size_t align);
 /* The owner's free of p, a Large block of its own (or any pointer into a
  * region, whose unit holds no slab), kept for its mallocs; false when the
  * locked path is to free it (large_free). */

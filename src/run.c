@@ -440,12 +440,14 @@ static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
   return r;
 }
 
-bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out) {
+bool run_cache_pop(run_cache_t *k, unsigned cls, uint32_t align, run_t *out) {
   uint32_t n = k->n[cls];
   if (n == 0) {
     run_demand_missed(&k->demand[cls], RUN_CACHE_DEPTH_MIN, RUN_CACHE_DEPTH);
     return false;
   }
+  const run_cache_slot_t *x = &k->slot[cls][n - 1];
+  if (aligned_page(x->chunk, x->page, align) != x->page) return false;
   k->n[cls] = --n;
   *out = uncache(k, &k->slot[cls][n]);
   return true;

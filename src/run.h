@@ -222,8 +222,10 @@ typedef struct {
  * already; false then. */
 #define RUN_CACHE_DEPTH_MIN 2
 bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_t max_n, size_t max_pages);
-/* The run freed last in class cls, no longer cached; false when none is kept. */
-bool run_cache_pop(run_cache_t *k, unsigned cls, run_t *out);
+/* The run freed last in class cls, no longer cached, where its first page
+ * is a multiple of align pages (a power of two); false when none is kept,
+ * or that one is not aligned so. */
+bool run_cache_pop(run_cache_t *k, unsigned cls, uint32_t align, run_t *out);
 /* Frees the oldest run of each class in turn until the cache holds at most
  * max_pages: a bound that shrank with the heap's live bytes. */
 void run_cache_trim(run_cache_t *k, size_t max_pages, uint64_t now);

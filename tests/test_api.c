@@ -811,12 +811,42 @@ static void test_classes(void)
     }
 }
 
+/* Large blocks freed by plain and aligned calls of one size, taken back by
+ * calls of every alignment: a freed block a thread keeps for its next
+ * malloc of the size serves an aligned one only where it is aligned so. */
+static void test_aligned_reuse(void)
+{
+  static const size_t aligns[] = {0, 4096, 8192, 65536, 131072};
+  enum { N = 5 };
+  void *v[N] = {0};
+  size_t checked = 0;
+  for (int round = 0; round < 400; round++) {
+    size_t size = 40000 + (size_t)(round % 3) * 4096, align = aligns[round % N];
+    int k = (round * 7) % N;
+    A(free)(v[k]);
+    if (align) {
+      CHECK(A(posix_memalign)(&v[k], align, size) == 0);
+      CHECKF(((uintptr_t)v[k] & (align - 1)) == 0, "posix_memalign(%zu, %zu) = %p misaligned", align, size, v[k]);
+    } else {
+      v[k] = tu_launder(A(malloc)(size));
+      CHECK(v[k] != NULL);
+    }
+    CHECK(A(malloc_usable_size)(v[k]) >= size);
+    memset(v[k], round & 0xff, size);
+    checked++;
+  }
+  for (int i = 0; i < N; i++) A(free)(v[i]);
+  printf("test_api aligned_reuse: %zu blocks of 40-48 KB, plain and aligned to 4-128 KiB, each aligned as asked: OK\n",
+         checked);
+}
+
 static const tu_case_t cases[] = {
   {"malloc", test_malloc_basic, 0},
   {"classes", test_classes, 0},
   {"calloc", test_calloc, 0},
   {"reallocarray", test_reallocarray, 0},
   {"aligned", test_aligned, 0},
+  {"aligned_reuse", test_aligned_reuse, 0},
   {"realloc", test_realloc, 0},
   {"realloc_zero", test_realloc_zero, 0},
   {"free_sized", test_free_sized, 0},
