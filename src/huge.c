@@ -501,10 +501,11 @@ static void *counted(void *p) {
  * allocates buffers of one size pays no lock, no run search, no clock. Any
  * other huge malloc cuts or grows it in place under the lock, or frees it
  * first, so that its units serve the run search; one block only, for the
- * same reason. Purge rounds free a block they find
- * held a purge delay apart, as freed when first seen, and all on trim. The
- * heap's word is the block's address | its units (blocks start on units,
- * and an arena holds fewer units than one holds addresses). */
+ * same reason. Purge rounds free a block they find held a purge delay
+ * apart, as freed when first seen, and all on trim. The heap's word is the
+ * block's address | its units (blocks start on units, and an arena holds
+ * fewer units than one holds addresses). */
+
 /* Frees the block of held word w, taken off its heap, as freed at t. Its
  * live bytes and statistics were counted off when it was held. */
 static void held_release(uintptr_t w, uint64_t t) {
@@ -514,8 +515,9 @@ static void held_release(uintptr_t w, uint64_t t) {
 }
 
 /* Holds p, the calling thread's free of a block in an arena (map kind
- * kind), and frees the block held before; false where it does not hold p
- * (no heap, purging at once, p not a block's start). */
+ * kind); false where it does not hold p (no heap, purging at once, p
+ * larger than the BigCache's bound, a block held already, p not a block's
+ * start): the caller frees it then. */
 static bool held_put(void *p, uint8_t kind) {
   heap_t *heap = heap_get();
   uint32_t unit;
@@ -628,7 +630,6 @@ static size_t held_sweep(uint64_t now, bool force) {
   }
   return n;
 }
-
 
 /* ---- the interface ------------------------------------------------------------------ */
 
