@@ -333,8 +333,8 @@ void heap_thread_done(void);
 /* Whether the calling thread's heap went back at its exit: it runs the last
  * of its exit code (heap_init_thread's heap is for one call then). */
 bool heap_thread_exited(void);
-/* Set by the Large pool: returns the blocks the thread kept for reuse
- * (large.h) to the free runs, before its heap is abandoned. */
+/* Set at start-up (init.c): returns the blocks the pools kept for the
+ * thread's reuse (large.h, huge.h), before its heap is abandoned. */
 extern void (*heap_abandon_hook)(heap_t *heap);
 
 void heap_process_init(void);

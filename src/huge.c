@@ -568,14 +568,14 @@ static size_t held_reshape(uintptr_t w, uint32_t want) {
 }
 
 /* The calling thread's held block for a huge malloc of bytes aligned to
- * align (counted live, zeroed with zero), reshaped where it has too few
- * units or too many; NULL, the block freed, where that fails, or none is
- * held. */
-static void *held_take(size_t bytes, size_t align, bool zero) {
+ * align, with units for room bytes at least (realloc's growth), counted
+ * live, zeroed with zero; reshaped where it has too few units or too many;
+ * NULL, the block freed, where that fails, or none is held. */
+static void *held_take(size_t bytes, size_t room, size_t align, bool zero) {
   heap_t *heap = heap_get();
   if (atomic_load_explicit(&heap->huge_held, memory_order_relaxed) == 0) return NULL;
   uintptr_t w = atomic_exchange_explicit(&heap->huge_held, 0, memory_order_acq_rel);
-  size_t want = units_of(bytes), have = held_units(w);
+  size_t want = units_of(MAX(bytes, room)), have = held_units(w);
   if (w == 0) return NULL;
   if (align > ARENA_UNIT) {
     held_release(w, os_now_ms());
@@ -593,6 +593,11 @@ static void *held_take(size_t bytes, size_t align, bool zero) {
   if (unlikely(hak_stats_enabled)) stat_inc(huge_held_hits);
   if (zero) os_zero(p, bytes);
   return p;
+}
+
+void huge_held_release(heap_t *heap) {
+  uintptr_t w = atomic_exchange_explicit(&heap->huge_held, 0, memory_order_acq_rel);
+  if (w) held_release(w, os_now_ms());
 }
 
 /* Bytes of the blocks the heaps hold; with starts, whether one starts at lo. */
@@ -661,7 +666,7 @@ size_t huge_cached_bytes(void) { return shards_cached_bytes() + held_bytes(0, NU
 void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
-  void *p = held_take(bytes, align, zero);
+  void *p = held_take(bytes, 0, align, zero);
   if (p) return p;
   p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
   return counted(p ? p : own_alloc(size, align, 0));
@@ -671,7 +676,9 @@ void *huge_alloc_growing(size_t size) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
   size_t room = bytes * 4 / 4 == bytes ? bytes * 4 : bytes; /* room to grow in place: buffers grow by doubling */
-  void *p = room <= ARENA_BLOCK_MAX ? arena_alloc(bytes, 0, false, room) : NULL;
+  void *p = room <= ARENA_BLOCK_MAX ? held_take(bytes, room, 0, false) : NULL;
+  if (p) return p;
+  p = room <= ARENA_BLOCK_MAX ? arena_alloc(bytes, 0, false, room) : NULL;
   return counted(p ? p : own_alloc(size, 0, reserve_for(os_page_size() + bytes)));
 }
 

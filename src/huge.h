@@ -19,6 +19,7 @@
 #ifndef HAKMEM_HUGE_H
 #define HAKMEM_HUGE_H
 
+#include "heap.h"
 #include "types.h"
 
 /* The arenas' shards: arena k (map kind MAP_ARENA + k) is shard k's modulo
@@ -34,6 +35,9 @@ void *huge_alloc(size_t size, size_t align, bool zero);
  * reserves room to grow in place (later growth moves its pages, never copies
  * them). NULL when the OS refuses. */
 void *huge_alloc_growing(size_t size);
+/* Frees the block heap holds for its thread's next huge malloc (the thread
+ * exits). */
+void huge_held_release(heap_t *heap);
 /* Frees huge block p; false when p is not one. */
 bool huge_free(void *p);
 /* The usable size of huge block p, whose map kind (map_kind) is kind; 0

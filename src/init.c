@@ -20,6 +20,15 @@
 
 static _Atomic int init_state; /* 0 not started, 1 running, 2 done */
 
+/* A thread's exit: the Large blocks it kept for reuse, on its lists and in
+ * the cache by class, go back to the free runs and merge, so that the
+ * blocks of other sizes that the heap's adopter asks for fit their
+ * resident pages; its held huge block goes back to the BigCache. */
+static void pools_abandon(heap_t *heap) {
+  large_cache_release(heap);
+  huge_held_release(heap);
+}
+
 void hak_process_init(void) {
   int expected = 0;
   if (atomic_load_explicit(&init_state, memory_order_acquire) == 2) return;
@@ -32,6 +41,7 @@ void hak_process_init(void) {
   heap_process_init();
   large_init();
   huge_init();
+  heap_abandon_hook = pools_abandon;
   learn_init();
   atomic_store_explicit(&init_state, 2, memory_order_release);
 }

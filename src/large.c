@@ -64,13 +64,7 @@ uint8_t large_hot_of_pages[LARGE_HOT_OF_TABLE]; /* hot list of a block of n page
 uint8_t large_hot_for_pages[LARGE_HOT_TABLE + 1]; /* the same for a malloc of n pages */
 size_t large_hot_bytes[LARGE_HOT_CLASSES];
 
-/* A thread's exit: the blocks it kept for reuse, on its lists and in the
- * cache by class, go back to the free runs and merge, so that the blocks of
- * other sizes that the heap's adopter asks for fit their resident pages. */
-static void large_abandon(heap_t *heap) { large_cache_release(heap); }
-
 void large_init(void) {
-  heap_abandon_hook = large_abandon;
   unsigned shift = os_page_log2();
   /* 0: a page that starts no live run (inside a block, or freed); above
    * LARGE_CLASS_MAX: a block that no list holds */
