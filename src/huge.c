@@ -298,6 +298,42 @@ void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t 
   for (size_t k = 0; k < n; k++) young[k] <<= UNIT_BITS;
 }
 
+/* ---- sizes and counts ----------------------------------------------------------------- */
+
+/* The usable size of a block of bytes in a run of run_bytes: a quarter more
+ * than asked, room that realloc grows into in place, within the run. */
+static size_t usable_of(size_t run_bytes, size_t bytes) { return MIN(run_bytes, os_page_round(bytes + bytes / 4)); }
+
+/* A huge block whose usable size went from old to now bytes (old 0: new,
+ * now 0: freed), counted in the live bytes and the statistics. Each heap
+ * counts its thread's calls, so that no huge malloc or free writes a line
+ * that other threads write (huge_live_bytes adds them up). */
+static _Atomic int64_t heapless_live; /* the calls of threads with no heap */
+static void count_usable(size_t old, size_t now) {
+  heap_t *h = heap_get();
+  int64_t d = (int64_t)(now - old);
+  if (h != &hak_heap_empty) __atomic_store_n(&h->huge_live, h->huge_live + d, __ATOMIC_RELAXED);
+  else atomic_fetch_add_explicit(&heapless_live, d, memory_order_relaxed);
+  if (old) stat_free(STAT_ROW_HUGE, old, true);
+  if (now) stat_alloc(STAT_ROW_HUGE, now);
+}
+
+size_t huge_live_bytes(void) {
+  int64_t n = atomic_load_explicit(&heapless_live, memory_order_relaxed);
+  for (heap_t *h = heap_all(); h; h = h->next_all) n += __atomic_load_n(&h->huge_live, __ATOMIC_RELAXED);
+  return n > 0 ? (size_t)n : 0;
+}
+
+/* The pages a block of size bytes takes; 0 when no block can be that big. */
+static size_t block_bytes(size_t size) {
+  return size > ((size_t)1 << ADDRESS_BITS) ? 0 : os_page_round(size ? size : 1);
+}
+
+static void *counted(void *p) {
+  if (p) count_usable(0, huge_usable_size(p, map_kind(p)));
+  return p;
+}
+
 /* ---- blocks in arenas ------------------------------------------------------------ */
 
 /* Places a run of units units aligned to align units in the shard, growing
@@ -312,7 +348,7 @@ static bool shard_place(shard_t *sh, size_t units, uint32_t align, size_t bytes,
   if (!ok && grow && arena_grow(sh, units + align - 1)) ok = run_alloc(h, (uint32_t)units, align, HUGE_GRID_UNITS, r);
   if (ok) {
     arena_t *ar = arena_of_run(*r);
-    ar->usable[r->page] = MIN(units << UNIT_BITS, os_page_round(bytes + bytes / 4));
+    ar->usable[r->page] = usable_of(units << UNIT_BITS, bytes);
     ar->touched[r->page] = r->dirty ? r->pages : units_of(ar->usable[r->page]);
     *took = dirty > h->dirty_pages ? dirty - h->dirty_pages : 0;
     size_t usable = units_of(ar->usable[r->page]);
@@ -338,41 +374,6 @@ static shard_t *shard_caching(const shard_t *sh, size_t n, bool most) {
   return most ? best : NULL;
 }
 
-/* A block in the thread's shard, which grows by a new arena where it must;
- * in another shard's cached units where its own cache holds too few (they
- * cost no page fault and no more memory), or where the OS refuses an
- * arena, in another shard's free units. A block of an arena's first size
- * or more goes to the shard that caches the most, which grows for it: such
- * blocks are few, each costs far more in page faults than in a lock shared
- * with other threads, and one cache then serves them all. */
-static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
-  size_t units = units_of(MAX(bytes, room)), took = 0, fresh = 0;
-  uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
-  bool big = units >= ARENA_FIRST >> UNIT_BITS;
-  shard_t *mine = shard_mine(), *sh = shard_caching(mine, units, big);
-  run_t r;
-  bool ok = sh != NULL && shard_place(sh, units, a, bytes, big, &r, &took, &fresh);
-  if (!ok) {
-    sh = mine;
-    ok = shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
-         (arena_new(sh, units + a - 1) && shard_place(sh, units, a, bytes, true, &r, &took, &fresh));
-  }
-  for (int i = 0; i < HUGE_SHARDS && !ok; i++)
-    if (&shards[i] != mine) ok = shard_place(sh = &shards[i], units, a, bytes, false, &r, &took, &fresh);
-  if (!ok) return NULL;
-  /* a hit: placed on cached pages more than on fresh ones */
-  if (took > fresh) atomic_store_explicit(&sh->hit_ms, os_now_ms(), memory_order_relaxed);
-  else cache_yield(sh, fresh);
-  char *p = run_addr(r);
-  if (r.dirty) {
-    stat_inc(huge_cache_hits);
-    atomic_fetch_add_explicit(&huge_reused_bytes, bytes, memory_order_relaxed);
-    if (zero) os_zero(p, bytes);
-  }
-  stat_inc(huge_arena_blocks);
-  return p;
-}
-
 /* Frees arena block p (map kind kind, in shard sh) as freed at t: its
  * usable size, 0 when p is not one. */
 static size_t arena_free(shard_t *sh, void *p, uint8_t kind, uint64_t t) {
@@ -386,112 +387,6 @@ static size_t arena_free(shard_t *sh, void *p, uint8_t kind, uint64_t t) {
   }
   hak_unlock(&sh->lock);
   return usable;
-}
-
-/* ---- own mappings ----------------------------------------------------------------- */
-
-/* The header of own-mapping block p (map kind `kind`), or NULL. The header is
- * read at the 4 MiB boundary below p (MAP_HUGE) or the page before it
- * (MAP_HUGE_ALIGNED, where p is on the boundary): both mapped whenever the
- * entry is set, so a foreign pointer reads nothing unmapped. */
-static own_t *own_lookup(const void *p, uint8_t kind) {
-  char *edge = (char *)((uintptr_t)p & ~(REGION_SIZE - 1));
-  own_t *h = kind == MAP_HUGE ? (own_t *)edge : kind == MAP_HUGE_ALIGNED ? (own_t *)(edge - os_page_size()) : NULL;
-  return h && h->magic == HUGE_MAGIC && h->block == p ? h : NULL;
-}
-
-static void own_link(own_t *h) {
-  hak_lock(&huge_lock);
-  h->prev = NULL;
-  h->next = owns;
-  if (owns) owns->prev = h;
-  owns = h;
-  hak_unlock(&huge_lock);
-}
-
-static void own_unlink(own_t *h) {
-  hak_lock(&huge_lock);
-  if (h->prev) h->prev->next = h->next;
-  else owns = h->next;
-  if (h->next) h->next->prev = h->prev;
-  hak_unlock(&huge_lock);
-}
-
-/* The address space a growing mapping of need bytes reserves. */
-static size_t reserve_for(size_t need) {
-  return need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
-}
-
-static void *own_alloc(size_t size, size_t align, size_t reserve) {
-  size_t page = os_page_size(), bytes = os_page_round(size);
-  bool aligned = align >= REGION_SIZE;
-  size_t offset = aligned ? page : MAX(page, align), need = offset + bytes;
-  if (need < bytes) return NULL;
-  size_t map_size = MAX(need, reserve);
-  char *map, *block;
-  if (aligned) { /* the block on the boundary, its header the page before: the rest trimmed */
-    size_t over = map_size + align;
-    char *raw = over > map_size ? os_map(over) : NULL;
-    if (raw == NULL) return NULL;
-    block = (char *)align_up((uintptr_t)raw + page, align);
-    map = block - page;
-    if (map > raw) os_unmap(raw, (size_t)(map - raw));
-    if (raw + over > map + map_size) os_unmap(map + map_size, (size_t)(raw + over - (map + map_size)));
-  } else {
-    if ((map = os_map_aligned(map_size, REGION_SIZE)) == NULL) return NULL;
-    block = map + offset;
-  }
-  if (!map_set(block, 1, aligned ? MAP_HUGE_ALIGNED : MAP_HUGE)) {
-    os_unmap(map, map_size);
-    return NULL;
-  }
-  own_t *h = (own_t *)map;
-  *h = (own_t){HUGE_MAGIC, block, map, map_size, bytes, NULL, NULL};
-  own_link(h);
-  stat_inc(huge_mapped);
-  cache_yield(shard_mine(), units_of(bytes));
-  return block;
-}
-
-static void own_free(own_t *h) {
-  char *map = h->map;
-  size_t size = h->map_size;
-  own_unlink(h);
-  h->magic = 0;
-  map_set(h->block, 1, MAP_NONE);
-  os_unmap(map, size);
-}
-
-/* ---- sizes and counts ----------------------------------------------------------------- */
-
-/* The pages a block of size bytes takes; 0 when no block can be that big. */
-static size_t block_bytes(size_t size) {
-  return size > ((size_t)1 << ADDRESS_BITS) ? 0 : os_page_round(size ? size : 1);
-}
-
-/* A huge block whose usable size went from old to now bytes (old 0: new,
- * now 0: freed), counted in the live bytes and the statistics. Each heap
- * counts its thread's calls, so that no huge malloc or free writes a line
- * that other threads write (huge_live_bytes adds them up). */
-static _Atomic int64_t heapless_live; /* the calls of threads with no heap */
-static void count_usable(size_t old, size_t now) {
-  heap_t *h = heap_get();
-  int64_t d = (int64_t)(now - old);
-  if (h != &hak_heap_empty) __atomic_store_n(&h->huge_live, h->huge_live + d, __ATOMIC_RELAXED);
-  else atomic_fetch_add_explicit(&heapless_live, d, memory_order_relaxed);
-  if (old) stat_free(STAT_ROW_HUGE, old, true);
-  if (now) stat_alloc(STAT_ROW_HUGE, now);
-}
-
-size_t huge_live_bytes(void) {
-  int64_t n = atomic_load_explicit(&heapless_live, memory_order_relaxed);
-  for (heap_t *h = heap_all(); h; h = h->next_all) n += __atomic_load_n(&h->huge_live, __ATOMIC_RELAXED);
-  return n > 0 ? (size_t)n : 0;
-}
-
-static void *counted(void *p) {
-  if (p) count_usable(0, huge_usable_size(p, map_kind(p)));
-  return p;
 }
 
 /* ---- the held block ---------------------------------------------------------------
@@ -568,9 +463,9 @@ static size_t held_reshape(uintptr_t w, uint32_t want) {
 }
 
 /* The calling thread's held block for a huge malloc of bytes aligned to
- * align, with units for room bytes at least (realloc's growth), counted
- * live, zeroed with zero; reshaped where it has too few units or too many;
- * NULL, the block freed, where that fails, or none is held. */
+ * align, with units for room bytes at least (realloc's growth), zeroed with
+ * zero; reshaped where it has too few units or too many; NULL, the block
+ * freed, where that fails, or none is held. */
 static void *held_take(size_t bytes, size_t room, size_t align, bool zero) {
   heap_t *heap = heap_get();
   if (atomic_load_explicit(&heap->huge_held, memory_order_relaxed) == 0) return NULL;
@@ -587,9 +482,8 @@ static void *held_take(size_t bytes, size_t room, size_t align, bool zero) {
   arena_t *a = arena_for(p, map_kind(p), &unit);
   /* its free passes as dirty what its last use and this one may touch */
   a->touched[unit] = (uint32_t)MIN(MAX(a->touched[unit], units_of(a->usable[unit])), have);
-  size_t usable = MIN(have << UNIT_BITS, os_page_round(bytes + bytes / 4));
+  size_t usable = usable_of(have << UNIT_BITS, bytes);
   __atomic_store_n(&a->usable[unit], usable, __ATOMIC_RELAXED);
-  count_usable(0, usable);
   if (unlikely(hak_stats_enabled)) stat_inc(huge_held_hits);
   if (zero) os_zero(p, bytes);
   return p;
@@ -636,6 +530,119 @@ static size_t held_sweep(uint64_t now, bool force) {
   return n;
 }
 
+/* ---- placing blocks ---------------------------------------------------------------- */
+
+/* A block in the thread's shard, which grows by a new arena where it must;
+ * in another shard's cached units where its own cache holds too few (they
+ * cost no page fault and no more memory), or where the OS refuses an
+ * arena, in another shard's free units. A block of an arena's first size
+ * or more goes to the shard that caches the most, which grows for it: such
+ * blocks are few, each costs far more in page faults than in a lock shared
+ * with other threads, and one cache then serves them all. */
+static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
+  void *held = held_take(bytes, room, align, zero);
+  if (held) return held;
+  size_t units = units_of(MAX(bytes, room)), took = 0, fresh = 0;
+  uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
+  bool big = units >= ARENA_FIRST >> UNIT_BITS;
+  shard_t *mine = shard_mine(), *sh = shard_caching(mine, units, big);
+  run_t r;
+  bool ok = sh != NULL && shard_place(sh, units, a, bytes, big, &r, &took, &fresh);
+  if (!ok) {
+    sh = mine;
+    ok = shard_place(sh, units, a, bytes, true, &r, &took, &fresh) ||
+         (arena_new(sh, units + a - 1) && shard_place(sh, units, a, bytes, true, &r, &took, &fresh));
+  }
+  for (int i = 0; i < HUGE_SHARDS && !ok; i++)
+    if (&shards[i] != mine) ok = shard_place(sh = &shards[i], units, a, bytes, false, &r, &took, &fresh);
+  if (!ok) return NULL;
+  /* a hit: placed on cached pages more than on fresh ones */
+  if (took > fresh) atomic_store_explicit(&sh->hit_ms, os_now_ms(), memory_order_relaxed);
+  else cache_yield(sh, fresh);
+  char *p = run_addr(r);
+  if (r.dirty) {
+    stat_inc(huge_cache_hits);
+    atomic_fetch_add_explicit(&huge_reused_bytes, bytes, memory_order_relaxed);
+    if (zero) os_zero(p, bytes);
+  }
+  stat_inc(huge_arena_blocks);
+  return p;
+}
+
+/* ---- own mappings ----------------------------------------------------------------- */
+
+/* The header of own-mapping block p (map kind `kind`), or NULL. The header is
+ * read at the 4 MiB boundary below p (MAP_HUGE) or the page before it
+ * (MAP_HUGE_ALIGNED, where p is on the boundary): both mapped whenever the
+ * entry is set, so a foreign pointer reads nothing unmapped. */
+static own_t *own_lookup(const void *p, uint8_t kind) {
+  char *edge = (char *)((uintptr_t)p & ~(REGION_SIZE - 1));
+  own_t *h = kind == MAP_HUGE ? (own_t *)edge : kind == MAP_HUGE_ALIGNED ? (own_t *)(edge - os_page_size()) : NULL;
+  return h && h->magic == HUGE_MAGIC && h->block == p ? h : NULL;
+}
+
+static void own_link(own_t *h) {
+  hak_lock(&huge_lock);
+  h->prev = NULL;
+  h->next = owns;
+  if (owns) owns->prev = h;
+  owns = h;
+  hak_unlock(&huge_lock);
+}
+
+static void own_unlink(own_t *h) {
+  hak_lock(&huge_lock);
+  if (h->prev) h->prev->next = h->next;
+  else owns = h->next;
+  if (h->next) h->next->prev = h->prev;
+  hak_unlock(&huge_lock);
+}
+
+/* The address space a growing mapping of need bytes reserves. */
+static size_t reserve_for(size_t need) {
+  return need * HUGE_RESERVE / HUGE_RESERVE == need ? need * HUGE_RESERVE : need;
+}
+
+static void *own_alloc(size_t size, size_t align, size_t reserve) {
+  size_t page = os_page_size(), bytes = os_page_round(size);
+  bool aligned = align >= REGION_SIZE;
+  size_t offset = aligned ? page : MAX(page, align), need = offset + bytes;
+  if (need < bytes) return NULL;
+  size_t map_size = MAX(need, reserve);
+  char *map, *block;
+  if (aligned) { /* the block on the boundary, its header the page before: the rest trimmed */
+    size_t over = map_size + align;
+    char *raw = over > map_size ? os_map(over) : NULL;
+    if (raw == NULL) return NULL;
+    block = (char *)align_up((uintptr_t)raw + page, align);
+    map = block - page;
+    if (map > raw) os_unmap(raw, (size_t)(map - raw));
+    if (raw + over > map + map_size) os_unmap(map + map_size, (size_t)(raw + over - (map + map_size)));
+  } else {
+    if ((map = os_map_aligned(map_size, REGION_SIZE)) == NULL) return NULL;
+    block = map + offset;
+  }
+  if (!map_set(block, 1, aligned ? MAP_HUGE_ALIGNED : MAP_HUGE)) {
+    os_unmap(map, map_size);
+    return NULL;
+  }
+  own_t *h = (own_t *)map;
+  *h = (own_t){HUGE_MAGIC, block, map, map_size, bytes, NULL, NULL};
+  own_link(h);
+  stat_inc(huge_mapped);
+  cache_yield(shard_mine(), units_of(bytes));
+  return block;
+}
+
+static void own_free(own_t *h) {
+  char *map = h->map;
+  size_t size = h->map_size;
+  own_unlink(h);
+  h->magic = 0;
+  map_set(h->block, 1, MAP_NONE);
+  os_unmap(map, size);
+}
+
 /* ---- the interface ------------------------------------------------------------------ */
 
 size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
@@ -666,9 +673,7 @@ size_t huge_cached_bytes(void) { return shards_cached_bytes() + held_bytes(0, NU
 void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
-  void *p = held_take(bytes, 0, align, zero);
-  if (p) return p;
-  p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
+  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
   return counted(p ? p : own_alloc(size, align, 0));
 }
 
@@ -676,9 +681,7 @@ void *huge_alloc_growing(size_t size) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
   size_t room = bytes * 4 / 4 == bytes ? bytes * 4 : bytes; /* room to grow in place: buffers grow by doubling */
-  void *p = room <= ARENA_BLOCK_MAX ? held_take(bytes, room, 0, false) : NULL;
-  if (p) return p;
-  p = room <= ARENA_BLOCK_MAX ? arena_alloc(bytes, 0, false, room) : NULL;
+  void *p = room <= ARENA_BLOCK_MAX ? arena_alloc(bytes, 0, false, room) : NULL;
   return counted(p ? p : own_alloc(size, 0, reserve_for(os_page_size() + bytes)));
 }
 
@@ -822,7 +825,7 @@ void *huge_realloc(void *p, size_t size) {
   else if (n < r.pages / 4) run_shrink(&r, n, os_now_ms());
   uint32_t fresh = 0;
   if (ok) {
-    a->usable[r.page] = MIN(run_bytes(r), os_page_round(bytes + bytes / 4));
+    a->usable[r.page] = usable_of(run_bytes(r), bytes);
     uint32_t t = MIN(MAX(a->touched[r.page], units_of(old)), r.pages);
     a->touched[r.page] = dirty ? r.pages : MAX(t, units_of(a->usable[r.page]));
     fresh = dirty ? 0 : a->touched[r.page] - t;

@@ -448,8 +448,8 @@ bool run_cache_pop(run_cache_t *k, unsigned cls, uint32_t align, run_t *out) {
   }
   const run_cache_slot_t *x = &k->slot[cls][n - 1];
   if (aligned_page(x->chunk, x->page, align) != x->page) return false;
-  k->n[cls] = --n;
-  *out = uncache(k, &k->slot[cls][n]);
+  k->n[cls] = n - 1;
+  *out = uncache(k, x);
   return true;
 }
 
