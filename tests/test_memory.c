@@ -1006,8 +1006,9 @@ static void test_calloc(void)
 
 /* A freed huge block is held by the thread that freed it: its next huge
  * malloc of about the size takes it back, pages and all; one of another
- * size frees it first; it goes back with the purge delay and the cache's
- * age while the program allocates, and at once on malloc_trim. */
+ * size takes it cut or grown in place, else frees it first; it goes back
+ * with the purge delay and the cache's age while the program allocates,
+ * and at once on malloc_trim. */
 static void test_huge_held(void)
 {
   const size_t size = 8 * MiB, big = 24 * MiB;
@@ -1021,7 +1022,7 @@ static void test_huge_held(void)
   CHECKF(A(malloc_usable_size)(q) >= size - 100 * 1024, "%zu B usable", A(malloc_usable_size)(q));
   CHECK(q[4096] == 1 && q[size - 200 * 1024] == 1); /* its pages kept */
   A(free)(q);
-  unsigned char *r = A(malloc)(big); /* another size: the held block freed, its units free for it */
+  unsigned char *r = A(malloc)(big); /* another size: the held block grown, or freed for it */
   CHECK(r != NULL);
   memset(r, 2, big);
   A(free)(r);
