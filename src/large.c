@@ -483,9 +483,9 @@ static int hot_push(heap_t *heap, void *p) {
     run_demand_turned_away(&h->demand[c], LARGE_HOT_DEPTH_MIN);
     return 0;
   }
-  /* room for large_free_quick up to the demand; none where each free is
-   * counted (statistics), nor where pages are not the 4 KiB it assumes */
-  h->cap[c] = (uint16_t)(hak_stats_enabled || os_page_log2() != 12 ? n + 1 : cap);
+  /* room for large_free_quick up to the demand; none where pages are not
+   * the 4 KiB it assumes */
+  h->cap[c] = (uint16_t)(os_page_log2() != 12 ? n + 1 : cap);
   l->used = h->cap[c] - n;
   large_hot_put(h, l, p, bytes);
   stat_free(STAT_ROW_LARGE, bytes, true);

@@ -3,8 +3,10 @@
  * dlsym (the probe links the C library only). Built without frame pointers:
  * the profiler must unwind from the unwind tables.
  *
- *   report_probe json    live blocks of each pool, hak_stats_json on stdout,
- *                        then the expected live bytes on stderr's last line
+ *   report_probe json    live blocks of each pool (after two threads in turn
+ *                        allocated and freed Large blocks), hak_stats_json on
+ *                        stdout, then the expected live bytes in Large
+ *                        blocks and in all on stderr's last two lines
  *   report_probe closed  closes stderr and exits (coreutils do that)
  *   report_probe sites PATH
  *                        five functions hold 64, 32, 16, 8 and 4 MiB in
@@ -52,6 +54,14 @@ static void **hold(size_t n, size_t size) {
 static void release(void **v, size_t n) {
   for (size_t i = 0; i < n; i++) free(v[i]);
   free(v);
+}
+
+/* Rounds of Large blocks allocated and freed, in a thread whose heap the
+ * next such thread adopts: every free counts (the owner's lists). */
+static void *large_rounds(void *arg) {
+  (void)arg;
+  for (int r = 0; r < 100; r++) release(hold(16, 100 * 1024), 16);
+  return NULL;
 }
 
 /* The profiled sites: each holds its total in blocks of its own size. */
@@ -137,6 +147,10 @@ int main(int argc, char **argv) {
     size_t (*stats_json)(char *, size_t) = (size_t (*)(char *, size_t))sym("hak_stats_json");
     void **small = hold(100000, 200), **large = hold(200, 100 * 1024), **huge = hold(4, 8 * MiB);
     release(hold(1000, 300 * 1024), 1000); /* freed Large and huge pages, cached or dirty */
+    for (int i = 0; i < 2; i++) {
+      pthread_t t;
+      if (pthread_create(&t, NULL, large_rounds, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
+    }
     /* the figures move between two calls: room for a few more digits, in a
      * buffer from mmap (one from malloc could add a class's row) */
     size_t need = stats_json(NULL, 0) + 64;
@@ -148,6 +162,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     fputs(buf, stdout);
+    fprintf(stderr, "large %zu\n", (size_t)200 * 100 * 1024);
     fprintf(stderr, "live %zu\n", (size_t)100000 * 200 + (size_t)200 * 100 * 1024 + 4 * 8 * MiB);
     (void)small, (void)large, (void)huge;
     return 0;
