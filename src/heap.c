@@ -1018,17 +1018,20 @@ void heap_fork_child(void) {
 
 /* An abandoned heap keeps its partly used slabs, and of its free dirty pages
  * twice as many as its thread held at most in Large blocks, or as many as
- * in slab spans (up to ABANDON_SPANS_MAX of those), whichever is more, and
- * a region's worth at least, warm for the thread that adopts it (in thread
- * churn at once: the next thread, like the last, takes them again). Twice:
- * blocks of other sizes than the last thread's fit its pages only with
- * room to spare, and those it handed to other threads come back to the
- * heap after its exit. Those go back with age, as any heap's, in the purge
- * rounds of the threads that still run; the rest (the oldest: fragments no
- * block of its thread's sizes took) and what is due by age go now. The
- * bound on spans keeps a wave of exiting threads, whose adopters take back
- * only part of what they inherit, from holding every slab for a delay. */
+ * in slab spans (up to ABANDON_SPANS_MAX of those), whichever is more, a
+ * region's worth at least, and ABANDON_SLACK more, warm for the thread that
+ * adopts it (in thread churn at once: the next thread, like the last, takes
+ * them again). Twice: blocks of other sizes than the last thread's fit its
+ * pages only with room to spare, and those it handed to other threads come
+ * back to the heap after its exit; the slack: the few pages past that bound
+ * are the ones its adopter would otherwise fault in again at each exit.
+ * Those go back with age, as any heap's, in the purge rounds of the threads
+ * that still run; the rest (the oldest: fragments no block of its thread's
+ * sizes took) and what is due by age go now. The bound on spans keeps a
+ * wave of exiting threads, whose adopters take back only part of what they
+ * inherit, from holding every slab for a delay. */
 #define ABANDON_KEEP_MIN REGION_SIZE
+#define ABANDON_SLACK ((size_t)2 << 20)
 #define ABANDON_SPANS_MAX ((size_t)4 << 20)
 void (*heap_abandon_hook)(heap_t *heap);
 
@@ -1043,7 +1046,7 @@ static void heap_abandon(heap_t *heap) {
   long delay = purge_delay();
   heap_lock(heap);
   size_t spans = MIN(heap->span_peak, ABANDON_SPANS_MAX);
-  size_t keep = MAX(MAX(2 * heap->large_peak, spans), ABANDON_KEEP_MIN) >> heap->pages.page_shift;
+  size_t keep = (MAX(MAX(2 * heap->large_peak, spans), ABANDON_KEEP_MIN) + ABANDON_SLACK) >> heap->pages.page_shift;
   size_t purged = delay < 0 ? 0 : run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, keep);
   heap->large_peak = heap->large_live; /* the adopter's own from here, purging on or off */
   heap->span_peak = heap->span_bytes;
