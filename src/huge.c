@@ -99,7 +99,10 @@ static size_t shards_cached_bytes(void) {
   return n;
 }
 
-#define HELD_SLACK 4 /* a held block serves a malloc of at least 1/4 fewer units */
+/* A held block serves a malloc of its units or up to a third fewer (it has
+ * at most half more): buffers whose sizes vary by that much would otherwise
+ * be cut and grown by turns, each under the lock. */
+#define HELD_SLACK 2
 _Static_assert(ARENA_MAX >> UNIT_BITS < ARENA_UNIT, "a held word's units fit below its address");
 
 static char *held_block(uintptr_t w) { return (char *)(w & ~(ARENA_UNIT - 1)); }
