@@ -256,7 +256,7 @@ static hak_noinline void free_rare(void *p, heap_t *heap) {
   } else if (map_kind_is_huge(kind)) {
     learn_active();
     if (unlikely(prof_on)) prof_forget(p);
-    ok = huge_free(p);
+    ok = huge_free(p, kind);
   } else {
     ok = false;
   }

@@ -332,6 +332,7 @@ static size_t block_bytes(size_t size) {
   return size > ((size_t)1 << ADDRESS_BITS) ? 0 : os_page_round(size ? size : 1);
 }
 
+/* Own mapping p (or NULL) counted live; arena_alloc counts its own. */
 static void *counted(void *p) {
   if (p) count_usable(0, huge_usable_size(p, map_kind(p)));
   return p;
@@ -487,6 +488,7 @@ static void *held_take(size_t bytes, size_t room, size_t align, bool zero) {
   a->touched[unit] = (uint32_t)MIN(MAX(a->touched[unit], units_of(a->usable[unit])), have);
   size_t usable = usable_of(have << UNIT_BITS, bytes);
   __atomic_store_n(&a->usable[unit], usable, __ATOMIC_RELAXED);
+  count_usable(0, usable);
   if (unlikely(hak_stats_enabled)) stat_inc(huge_held_hits);
   if (zero) os_zero(p, bytes);
   return p;
@@ -541,7 +543,8 @@ static size_t held_sweep(uint64_t now, bool force) {
  * arena, in another shard's free units. A block of an arena's first size
  * or more goes to the shard that caches the most, which grows for it: such
  * blocks are few, each costs far more in page faults than in a lock shared
- * with other threads, and one cache then serves them all. */
+ * with other threads, and one cache then serves them all. The block is
+ * counted live here, where its usable size is at hand. */
 static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   void *held = held_take(bytes, room, align, zero);
   if (held) return held;
@@ -563,6 +566,7 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   if (took > fresh) atomic_store_explicit(&sh->hit_ms, os_now_ms(), memory_order_relaxed);
   else cache_yield(sh, fresh);
   char *p = run_addr(r);
+  count_usable(0, arena_of_run(r)->usable[r.page]); /* the block's: only its owner's calls write it */
   if (r.dirty) {
     stat_inc(huge_cache_hits);
     atomic_fetch_add_explicit(&huge_reused_bytes, bytes, memory_order_relaxed);
@@ -677,7 +681,7 @@ void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
   void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
-  return counted(p ? p : own_alloc(size, align, 0));
+  return p ? p : counted(own_alloc(size, align, 0));
 }
 
 void *huge_alloc_growing(size_t size) {
@@ -685,11 +689,10 @@ void *huge_alloc_growing(size_t size) {
   if (bytes == 0) return NULL;
   size_t room = bytes * 4 / 4 == bytes ? bytes * 4 : bytes; /* room to grow in place: buffers grow by doubling */
   void *p = room <= ARENA_BLOCK_MAX ? arena_alloc(bytes, 0, false, room) : NULL;
-  return counted(p ? p : own_alloc(size, 0, reserve_for(os_page_size() + bytes)));
+  return p ? p : counted(own_alloc(size, 0, reserve_for(os_page_size() + bytes)));
 }
 
-bool huge_free(void *p) {
-  uint8_t kind = map_kind(p);
+bool huge_free(void *p, uint8_t kind) {
   if (kind == MAP_HUGE || kind == MAP_HUGE_ALIGNED) {
     own_t *h = own_lookup(p, kind);
     if (h == NULL) return false;

@@ -38,8 +38,9 @@ void *huge_alloc_growing(size_t size);
 /* Frees the block heap holds for its thread's next huge malloc (the thread
  * exits). */
 void huge_held_release(heap_t *heap);
-/* Frees huge block p; false when p is not one. */
-bool huge_free(void *p);
+/* Frees huge block p, whose map kind (map_kind) is kind; false when p is
+ * not one. */
+bool huge_free(void *p, uint8_t kind);
 /* The usable size of huge block p, whose map kind (map_kind) is kind; 0
  * when p is not one. */
 size_t huge_usable_size(const void *p, uint8_t kind);

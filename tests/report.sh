@@ -5,9 +5,9 @@
 #                  %p expanded) and from hak_stats_json, read by python3 -m
 #                  json.tool; the resident parts add up to the total within
 #                  10 %, and the live part holds what the probe holds (with
-#                  HAKMEM_STATS and without); the Large row counts live what
-#                  the probe holds in Large blocks, after threads in turn
-#                  allocated and freed others (every free counted)
+#                  HAKMEM_STATS and without); the Large and huge rows count
+#                  live what the probe holds in such blocks, after threads
+#                  in turn allocated and freed others (every free counted)
 #   stats_closed   the report at exit reaches stderr when the program closed it
 #   stats_file     a HAKMEM_STATS_FILE that cannot be opened: one line, no crash
 #   profile_sites  five functions hold 64..4 MiB: the profile ranks them, each
@@ -31,14 +31,14 @@ failed=0
 fail() { echo "report: $CASE: FAIL: $*"; failed=1; }
 run() { LD_PRELOAD=$LIB "$@"; }
 
-# check_json FILE EXPECTED_LIVE [EXPECTED_LARGE]: valid JSON whose resident
-# parts add up; with EXPECTED_LARGE, its Large row counts that live.
+# check_json FILE EXPECTED_LIVE [EXPECTED_LARGE EXPECTED_HUGE]: valid JSON
+# whose resident parts add up; its Large and huge rows count those live.
 check_json() {
   python3 -m json.tool "$1" >/dev/null || { fail "$(basename "$1") is not JSON:"; head -c 600 "$1"; echo; return; }
-  python3 - "$1" "$2" "${3:-0}" <<'PY' || failed=1
+  python3 - "$1" "$2" "${3:-0}" "${4:-0}" <<'PY' || failed=1
 import json, sys
 d = json.load(open(sys.argv[1]))
-r, live, large = d["resident"], int(sys.argv[2]), int(sys.argv[3])
+r, live = d["resident"], int(sys.argv[2])
 parts = [k for k in r if k not in ("total", "sum")]
 s = sum(r[k] for k in parts)
 bad = []
@@ -47,10 +47,10 @@ if not 0.9 * r["total"] <= s <= 1.1 * r["total"]: bad.append(f"parts add up to {
 if live and not 0.9 * live <= r["live"] <= 1.1 * live + (4 << 20): bad.append(f"live {r['live']}, the probe holds {live}")
 for k in ("counters", "syscalls", "classes", "strategy", "version"):
     if k not in d: bad.append(f"no {k}")
-if large:
-    row = [c for c in d.get("classes", []) if c["class"] == "large"]
+for name, held in (("large", int(sys.argv[3])), ("huge", int(sys.argv[4]))):
+    row = [c for c in d.get("classes", []) if c["class"] == name]
     got = row[0]["live_bytes"] if row else 0
-    if not large <= got <= 1.1 * large: bad.append(f"Large live {got} counted, the probe holds {large}")
+    if held and not held <= got <= 1.1 * held: bad.append(f"{name} live {got} counted, the probe holds {held}")
 for b in bad: print(f"report: FAIL: {sys.argv[1]}: {b}")
 print("  resident: " + ", ".join(f"{k} {r[k] >> 10} KiB" for k in r))
 sys.exit(1 if bad else 0)
@@ -63,11 +63,12 @@ stats_json)
     fail "exit status $?"
   live=$(sed -n 's/^live //p' "$WORK/err")
   large=$(sed -n 's/^large //p' "$WORK/err")
-  [ -n "$live" ] && [ -n "$large" ] || { fail "no live or large line:"; cat "$WORK/err"; }
-  check_json "$WORK/call.json" "${live:-0}" "${large:-0}"
+  huge=$(sed -n 's/^huge //p' "$WORK/err")
+  [ -n "$live" ] && [ -n "$large" ] && [ -n "$huge" ] || { fail "no live, large or huge line:"; cat "$WORK/err"; }
+  check_json "$WORK/call.json" "${live:-0}" "${large:-0}" "${huge:-0}"
   exits=("$WORK"/exit.*.json)
   [ -f "${exits[0]}" ] || fail "no report at exit in HAKMEM_STATS_FILE"
-  [ -f "${exits[0]}" ] && check_json "${exits[0]}" 0 "${large:-0}"
+  [ -f "${exits[0]}" ] && check_json "${exits[0]}" 0 "${large:-0}" "${huge:-0}"
   # without HAKMEM_STATS nothing counts blocks: the live part comes from the slabs
   run "$PROBE" json >"$WORK/call-uncounted.json" 2>"$WORK/err" || fail "exit status $?"
   check_json "$WORK/call-uncounted.json" "${live:-0}"

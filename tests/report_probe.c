@@ -4,9 +4,10 @@
  * the profiler must unwind from the unwind tables.
  *
  *   report_probe json    live blocks of each pool (after two threads in turn
- *                        allocated and freed Large blocks), hak_stats_json on
- *                        stdout, then the expected live bytes in Large
- *                        blocks and in all on stderr's last two lines
+ *                        allocated and freed Large and huge blocks),
+ *                        hak_stats_json on stdout, then the expected live
+ *                        bytes in Large blocks, in huge ones and in all on
+ *                        stderr's last three lines
  *   report_probe closed  closes stderr and exits (coreutils do that)
  *   report_probe sites PATH
  *                        five functions hold 64, 32, 16, 8 and 4 MiB in
@@ -56,11 +57,15 @@ static void release(void **v, size_t n) {
   free(v);
 }
 
-/* Rounds of Large blocks allocated and freed, in a thread whose heap the
- * next such thread adopts: every free counts (the owner's lists). */
-static void *large_rounds(void *arg) {
+/* Rounds of Large and huge blocks allocated and freed, in a thread whose
+ * heap the next such thread adopts: every one counts (the owner's lists,
+ * the block it holds). */
+static void *freed_rounds(void *arg) {
   (void)arg;
-  for (int r = 0; r < 100; r++) release(hold(16, 100 * 1024), 16);
+  for (int r = 0; r < 100; r++) {
+    release(hold(16, 100 * 1024), 16);
+    release(hold(2, 3 * MiB + r * 4096), 2);
+  }
   return NULL;
 }
 
@@ -149,7 +154,7 @@ int main(int argc, char **argv) {
     release(hold(1000, 300 * 1024), 1000); /* freed Large and huge pages, cached or dirty */
     for (int i = 0; i < 2; i++) {
       pthread_t t;
-      if (pthread_create(&t, NULL, large_rounds, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
+      if (pthread_create(&t, NULL, freed_rounds, NULL) != 0 || pthread_join(t, NULL) != 0) return 1;
     }
     /* the figures move between two calls: room for a few more digits, in a
      * buffer from mmap (one from malloc could add a class's row) */
@@ -163,6 +168,7 @@ int main(int argc, char **argv) {
     }
     fputs(buf, stdout);
     fprintf(stderr, "large %zu\n", (size_t)200 * 100 * 1024);
+    fprintf(stderr, "huge %zu\n", 4 * 8 * MiB);
     fprintf(stderr, "live %zu\n", (size_t)100000 * 200 + (size_t)200 * 100 * 1024 + 4 * 8 * MiB);
     (void)small, (void)large, (void)huge;
     return 0;
