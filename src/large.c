@@ -176,6 +176,7 @@ static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const block_t *b
   h->pushed -= (int32_t)lost;
   h->pushed_bytes -= (int64_t)(lost * large_hot_bytes[c]);
   h->list[c].free = slab_end(&h->list[c]);
+  if (hak_stats_enabled) h->cap[c] = 0; /* no room: hot_count_off */
   h->list[c].used = h->cap[c];
 }
 
@@ -188,11 +189,17 @@ static run_t listed_run(const void *b) {
 
 /* A block of list c taken off other than by malloc's fast path: off the
  * lists' count (which may not hold it yet: the pushes since the last count
- * are in h->unsynced) and off the learner's, which counted it at its push. */
+ * are in h->unsynced) and off the learner's, which counted it at its push.
+ * With statistics on, the list keeps no room, which the take gave it:
+ * large_free_quick counts nothing, so every free goes through hot_push. */
 static void hot_count_off(large_hot_t *h, unsigned c) {
   __atomic_store_n(&h->bytes, h->bytes > large_hot_bytes[c] ? h->bytes - large_hot_bytes[c] : 0, __ATOMIC_RELAXED);
   h->pushed--;
   h->pushed_bytes -= (int64_t)large_hot_bytes[c];
+  if (hak_stats_enabled) {
+    h->cap[c]--;
+    h->list[c].used--;
+  }
 }
 
 /* Sends class c's list back under the lock (held), as freed at now. */
@@ -483,9 +490,9 @@ static int hot_push(heap_t *heap, void *p) {
     run_demand_turned_away(&h->demand[c], LARGE_HOT_DEPTH_MIN);
     return 0;
   }
-  /* room for large_free_quick up to the demand; none where pages are not
-   * the 4 KiB it assumes */
-  h->cap[c] = (uint16_t)(os_page_log2() != 12 ? n + 1 : cap);
+  /* room for large_free_quick up to the demand; none where each free is
+   * counted (statistics), nor where pages are not the 4 KiB it assumes */
+  h->cap[c] = (uint16_t)(hak_stats_enabled || os_page_log2() != 12 ? n + 1 : cap);
   l->used = h->cap[c] - n;
   large_hot_put(h, l, p, bytes);
   stat_free(STAT_ROW_LARGE, bytes, true);

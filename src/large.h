@@ -109,9 +109,9 @@ hak_inline void large_hot_put(large_hot_t *h, slab_t *l, block_t *b, size_t byte
 /* large_free_hot where it calls nothing: true when p went on its list;
  * false with nothing changed where that would call (a list full or not
  * open, the lists at their bound as last counted, p tagged as a listed
- * block, which may be a double free, statistics on: each free counted):
- * large_free_hot then decides. A list has room only where a free needs
- * nothing more (hot_push): not with purging at once (large_tick). */
+ * block, which may be a double free): large_free_hot then decides. A list
+ * has room only where a free needs nothing more (hot_push, hot_count_off):
+ * not with statistics on, nor with purging at once (large_tick). */
 hak_inline bool large_free_quick(heap_t *heap, void *p) {
   size_t bytes;
   /* 4 KiB pages: with others no list has room (hot_push), whatever class
@@ -121,8 +121,7 @@ hak_inline bool large_free_quick(heap_t *heap, void *p) {
   large_hot_t *h = &heap->lhot;
   slab_t *l = &h->list[c];
   const large_hot_block_t *b = p;
-  if (l->used == 0 || hak_stats_enabled || h->bytes + h->unsynced + bytes > LARGE_HOT_MAX_BYTES || large_hot_listed_look(b))
-    return false;
+  if (l->used == 0 || h->bytes + h->unsynced + bytes > LARGE_HOT_MAX_BYTES || large_hot_listed_look(b)) return false;
   large_hot_put(h, l, p, bytes);
   return true;
 }
