@@ -43,6 +43,13 @@ typedef struct arena_s {
 
 static uint32_t units_of(size_t bytes) { return (uint32_t)((bytes + ARENA_UNIT - 1) >> UNIT_BITS); }
 
+/* The units of the block at unit page of a that may be resident, within
+ * its pages: those its uses touched, and its usable size's (what the
+ * program may have written) at least. */
+static uint32_t touched_units(const arena_t *a, uint32_t page, uint32_t pages) {
+  return (uint32_t)MIN(MAX(a->touched[page], units_of(a->usable[page])), pages);
+}
+
 static size_t arena_meta_bytes(size_t units) {
   return os_page_round(sizeof(arena_t) + run_chunk_meta_bytes((uint32_t)units) + units * (sizeof(size_t) + sizeof(uint32_t)));
 }
@@ -386,7 +393,7 @@ static size_t arena_free(shard_t *sh, void *p, uint8_t kind, uint64_t t) {
   size_t usable = r.chunk ? arena_of_run(r)->usable[r.page] : 0;
   /* what may be resident: not the clean units it holds to grow into */
   if (r.chunk) {
-    run_free_prefix(r, MIN(r.pages, MAX(arena_of_run(r)->touched[r.page], units_of(usable))), t);
+    run_free_prefix(r, touched_units(arena_of_run(r), r.page, r.pages), t);
     cache_evict_locked(sh, os_now_ms(), false);
   }
   hak_unlock(&sh->lock);
@@ -455,7 +462,7 @@ static size_t held_reshape(uintptr_t w, uint32_t want) {
   hak_lock(&sh->lock);
   run_t r = arena_block(p, kind);
   arena_t *a = arena_of_run(r);
-  uint32_t touched = (uint32_t)MIN(MAX(a->touched[r.page], units_of(a->usable[r.page])), r.pages);
+  uint32_t touched = touched_units(a, r.page, r.pages);
   bool dirty = false, ok = true;
   if (want < r.pages) run_shrink(&r, want, now);
   else ok = run_grow(&r, want, true, &dirty);
@@ -485,7 +492,7 @@ static void *held_take(size_t bytes, size_t room, size_t align, bool zero) {
   uint32_t unit;
   arena_t *a = arena_for(p, map_kind(p), &unit);
   /* its free passes as dirty what its last use and this one may touch */
-  a->touched[unit] = (uint32_t)MIN(MAX(a->touched[unit], units_of(a->usable[unit])), have);
+  a->touched[unit] = touched_units(a, unit, (uint32_t)have);
   size_t usable = usable_of(have << UNIT_BITS, bytes);
   __atomic_store_n(&a->usable[unit], usable, __ATOMIC_RELAXED);
   count_usable(0, usable);
@@ -499,14 +506,10 @@ void huge_held_release(heap_t *heap) {
   if (w) held_release(w, os_now_ms());
 }
 
-/* Bytes of the blocks the heaps hold; with starts, whether one starts at lo. */
-static size_t held_bytes(uintptr_t lo, bool *starts) {
+/* Bytes of the blocks the heaps hold. */
+static size_t held_bytes(void) {
   size_t n = 0;
-  for (heap_t *h = heap_all(); h; h = h->next_all) {
-    uintptr_t w = atomic_load_explicit(&h->huge_held, memory_order_relaxed);
-    n += held_units(w) << UNIT_BITS;
-    if (starts && w && (uintptr_t)held_block(w) == lo) *starts = true;
-  }
+  for (heap_t *h = heap_all(); h; h = h->next_all) n += held_units(atomic_load_explicit(&h->huge_held, memory_order_relaxed)) << UNIT_BITS;
   return n;
 }
 
@@ -517,7 +520,7 @@ static size_t held_sweep(uint64_t now, bool force) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   size_t n = 0;
   /* a bound lowered below what they hold (the learner's leaner strategies) frees them all */
-  force |= held_bytes(0, NULL) + shards_cached_bytes() > (size_t)policy_knob(KNOB_BIGCACHE_MB) << 20;
+  force |= held_bytes() + shards_cached_bytes() > (size_t)policy_knob(KNOB_BIGCACHE_MB) << 20;
   for (heap_t *h = heap_all(); h; h = h->next_all) {
     uintptr_t w = atomic_load_explicit(&h->huge_held, memory_order_relaxed);
     uint64_t seen = __atomic_load_n(&h->huge_seen_ms, __ATOMIC_RELAXED);
@@ -660,7 +663,7 @@ size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
     hak_unlock(&sh->lock);
     if (unmap) n += arenas_unmap_empty(sh);
   }
-  if (pending) *pending |= shards_cached_bytes() + held_bytes(0, NULL) != 0;
+  if (pending) *pending |= shards_cached_bytes() + held_bytes() != 0;
   return n;
 }
 
@@ -675,7 +678,7 @@ size_t huge_cache_shrink(size_t bytes) {
   return n;
 }
 
-size_t huge_cached_bytes(void) { return shards_cached_bytes() + held_bytes(0, NULL); }
+size_t huge_cached_bytes(void) { return shards_cached_bytes() + held_bytes(); }
 
 void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size);
@@ -831,8 +834,8 @@ void *huge_realloc(void *p, size_t size) {
   else if (n < r.pages / 4) run_shrink(&r, n, os_now_ms());
   uint32_t fresh = 0;
   if (ok) {
+    uint32_t t = touched_units(a, r.page, r.pages); /* its usable size still the old one */
     a->usable[r.page] = usable_of(run_bytes(r), bytes);
-    uint32_t t = MIN(MAX(a->touched[r.page], units_of(old)), r.pages);
     a->touched[r.page] = dirty ? r.pages : MAX(t, units_of(a->usable[r.page]));
     fresh = dirty ? 0 : a->touched[r.page] - t;
   }
@@ -858,15 +861,19 @@ void huge_resident(size_t *live, size_t *cached, size_t *meta) {
       *meta += os_resident(a, arena_meta_bytes(a->size >> UNIT_BITS));
       run_chunk_t *c = &a->chunk;
       for (uint32_t s = 0; s < c->limit; s += c->len[s] ? c->len[s] : 1) {
-        uintptr_t at = (uintptr_t)c->base + ((size_t)s << UNIT_BITS);
-        size_t n = os_resident((void *)at, (size_t)c->len[s] << UNIT_BITS);
-        bool held = false;
-        held_bytes(at, &held);
-        if (run_at(c, s).chunk && !held) *live += n;
+        size_t n = os_resident(c->base + ((size_t)s << UNIT_BITS), (size_t)c->len[s] << UNIT_BITS);
+        if (run_at(c, s).chunk) *live += n;
         else *cached += n;
       }
     }
     hak_unlock(&sh->lock);
+  }
+  /* a held block is a live run to its shard, cached to the program */
+  for (heap_t *h = heap_all(); h; h = h->next_all) {
+    uintptr_t w = atomic_load_explicit(&h->huge_held, memory_order_relaxed);
+    size_t n = w ? MIN(os_resident(held_block(w), held_units(w) << UNIT_BITS), *live) : 0;
+    *live -= n;
+    *cached += n;
   }
   hak_lock(&huge_lock);
   for (own_t *h = owns; h; h = h->next) *live += os_resident(h->map, h->map_size);
