@@ -1075,6 +1075,20 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay) {
   hak_unlock(&heaps_lock);
 }
 
+/* Only trylocks: the caller holds its own heap's lock, and heap_fork_lock
+ * takes heaps_lock before the heaps' locks. */
+heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, run_t *r) {
+  if (!hak_trylock(&heaps_lock)) return NULL;
+  heap_t *lender = NULL;
+  for (heap_t *h = abandoned; h && !lender; h = h->next_abandoned) {
+    if (h == self || run_heap_dirty_bytes(&h->pages) < ((size_t)n << h->pages.page_shift) || !hak_trylock(&h->lock)) continue;
+    if (run_alloc(&h->pages, n, align, grid, r)) lender = h;
+    else heap_unlock(h);
+  }
+  hak_unlock(&heaps_lock);
+  return lender;
+}
+
 bool heap_thread_exited(void) { return heap_exited; }
 
 static void heap_thread_exit(void *arg) {

@@ -93,6 +93,11 @@
  *            malloc_trim(0), one written on a single page and freed leaves at
  *            most 2 pages resident after the calloc that takes it (the rest
  *            purged, not zeroed by a memset that would fault them in).
+ *   lend     a thread writes 8 MiB of 128 KiB blocks, frees them and exits;
+ *            the main thread then writes as many: its heap takes the pages
+ *            the exited thread's heap holds free (resident), so writing them
+ *            faults under a quarter of them, where pages of its own would
+ *            fault each (HAKMEM_LEARN=0, HAKMEM_PURGE_DELAY_MS=10000).
  *   large_grid  Large blocks above 256 KiB, only their first page written
  *            and freed, merge into one dirty stretch: the next such block
  *            starts on a 128 KiB boundary in it, and the one after it, freed
@@ -106,7 +111,7 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, large_grid, calloc)
+ *        arena, arena_grow, lend, large_grid, calloc)
  */
 #include "testutil.h"
 
@@ -874,6 +879,39 @@ static void test_arena_grow(void)
   printf("test_memory arena_grow: the arena grew in place, and its parts merged: OK\n");
 }
 
+#define LEND_BLOCKS 64
+#define LEND_SIZE ((size_t)128 << 10)
+static void *lend_body(void *arg)
+{
+  void *b[LEND_BLOCKS];
+  for (int i = 0; i < LEND_BLOCKS; i++) {
+    b[i] = A(malloc)(LEND_SIZE);
+    CHECK(b[i] != NULL);
+    if (b[i]) memset(b[i], 1, LEND_SIZE);
+  }
+  for (int i = 0; i < LEND_BLOCKS; i++) A(free)(b[i]);
+  return arg;
+}
+
+static void test_lend(void)
+{
+  void *own = A(malloc)(64), *b[LEND_BLOCKS]; /* the main thread's heap exists before the other exits */
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, lend_body, NULL) == 0);
+  CHECK(pthread_join(th, NULL) == 0);
+  long f0 = minor_faults();
+  for (int i = 0; i < LEND_BLOCKS; i++) {
+    b[i] = A(malloc)(LEND_SIZE);
+    CHECK(b[i] != NULL);
+    if (b[i]) memset(b[i], 2, LEND_SIZE);
+  }
+  long faults = minor_faults() - f0, pages = (long)(LEND_BLOCKS * LEND_SIZE / 4096);
+  for (int i = 0; i < LEND_BLOCKS; i++) A(free)(b[i]);
+  A(free)(own);
+  CHECKF(faults * 4 < pages, "%ld page faults writing %ld pages an exited thread's heap left free", faults, pages);
+  printf("test_memory lend: %ld page faults writing 8 MiB on pages an exited thread left: OK\n", faults);
+}
+
 static void test_large_grid(void)
 {
   enum { SZ = 300 * 1024, SZ2 = 280 * 1024, SMALL = 260 * 1024, GRID = 128 * 1024 };
@@ -1061,6 +1099,7 @@ static const tu_case_t cases[] = {
   {"sparse", test_sparse, TU_BY_NAME},
   {"arena", test_arena, TU_BY_NAME},
   {"arena_grow", test_arena_grow, TU_BY_NAME},
+  {"lend", test_lend, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
   {"large_held", test_large_held, TU_BY_NAME},
   {"huge_held", test_huge_held, TU_BY_NAME},
