@@ -135,14 +135,14 @@ char *region_get(size_t first, size_t *mapped, bool *dirty) {
   hak_unlock(&region_pool_lock);
   if (got.base) {
     stat_inc(regions_reused);
-    map_set(got.base, REGION_SIZE, MAP_NONE);
+    map_set(got.base, REGION_SIZE, MAP_RESERVED);
     *mapped = got.mapped;
     *dirty = got.dirty_ms != 0;
     bool taken;
     if (got.mapped < first) region_space_grow(got.base, mapped, first, &taken);
     return got.base;
   }
-  char *p = region_space(REGION_SIZE, first, mapped, MAP_NONE);
+  char *p = region_space(REGION_SIZE, first, mapped, MAP_RESERVED);
   if (p == NULL) return NULL;
   atomic_fetch_add_explicit(&region_count, 1, memory_order_relaxed);
   stat_inc(regions_mapped);

@@ -107,7 +107,8 @@ bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken);
 void region_space_free(char *base, size_t size, size_t mapped);
 
 /* A region's memory: from the pool, or new (first bytes mapped). Its map
- * entries read MAP_NONE until the caller sets them, its header done. */
+ * entries read MAP_RESERVED until the caller sets them, its header done:
+ * never MAP_NONE, which placement reads as free address space. */
 char *region_get(size_t first, size_t *mapped, bool *dirty);
 /* An empty region to the pool (its pages dirty since now), or back to the OS
  * when the pool is full. */
