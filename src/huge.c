@@ -138,13 +138,11 @@ static size_t cache_cap_pages(const shard_t *sh) {
 static bool arena_new(shard_t *sh, size_t n) {
   size_t need = align_up(n * ARENA_UNIT, REGION_SIZE), mapped;
   size_t size = MAX(atomic_load_explicit(&sh->next_arena, memory_order_relaxed), need);
-  /* reserved until its slot is known: entries left MAP_NONE past what is
-   * mapped would let another thread place a region there meanwhile */
-  char *base = region_space_window(ARENA_MAX, size, &mapped, MAP_RESERVED);
+  char *base = region_space_window(ARENA_MAX, size, &mapped); /* reserved until its slot is known */
   if (base) {
     size = ARENA_MAX;
   } else {
-    while ((base = region_space(size, size, &mapped, MAP_RESERVED)) == NULL && size > need)
+    while ((base = region_space(size, size, &mapped)) == NULL && size > need)
       size = MAX(align_up(size / 2, REGION_SIZE), need);
     if (base == NULL) return false;
   }

@@ -61,30 +61,30 @@ static uintptr_t window_place(size_t size, size_t first) {
   return 0;
 }
 
-/* Marks [p, p+size) kind, or gives it back when the map cannot hold it. */
-static char *space_mark(char *p, size_t size, size_t mapped, uint8_t kind) {
-  if (map_set(p, size, kind)) return p;
+/* Marks [p, p+size) reserved, or gives it back when the map cannot hold it
+ * (outside the window, whose entries the fast map always holds). */
+static char *space_mark(char *p, size_t size, size_t mapped) {
+  if (map_set(p, size, MAP_RESERVED)) return p;
   region_space_free(p, size, mapped);
   return NULL;
 }
 
-char *region_space_window(size_t size, size_t first, size_t *mapped, uint8_t kind) {
+char *region_space_window(size_t size, size_t first, size_t *mapped) {
   hak_assert(size % REGION_SIZE == 0 && first <= size);
   hak_lock(&space_lock);
   char *p = (char *)window_place(size, first);
-  if (p) map_set(p, size, MAP_RESERVED);
+  if (p) map_set(p, size, MAP_RESERVED); /* under the lock: the next placement skips it */
   hak_unlock(&space_lock);
-  if (p == NULL) return NULL;
-  *mapped = first;
-  return space_mark(p, size, first, kind);
+  if (p) *mapped = first;
+  return p;
 }
 
-char *region_space(size_t size, size_t first, size_t *mapped, uint8_t kind) {
-  char *p = region_space_window(size, first, mapped, kind);
+char *region_space(size_t size, size_t first, size_t *mapped) {
+  char *p = region_space_window(size, first, mapped);
   if (p || (p = os_map_aligned(size, REGION_SIZE)) == NULL) return p;
   *mapped = size;
   stat_inc(regions_outside);
-  return space_mark(p, size, size, kind);
+  return space_mark(p, size, size);
 }
 
 bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken) {
@@ -142,7 +142,7 @@ char *region_get(size_t first, size_t *mapped, bool *dirty) {
     if (got.mapped < first) region_space_grow(got.base, mapped, first, &taken);
     return got.base;
   }
-  char *p = region_space(REGION_SIZE, first, mapped, MAP_RESERVED);
+  char *p = region_space(REGION_SIZE, first, mapped);
   if (p == NULL) return NULL;
   atomic_fetch_add_explicit(&region_count, 1, memory_order_relaxed);
   stat_inc(regions_mapped);

@@ -93,13 +93,15 @@ hak_inline char *slab_blocks_end(const slab_t *s) {
 /* ---- region memory ----------------------------------------------------- */
 
 /* Address space for `size` bytes (a multiple of REGION_SIZE) aligned to
- * REGION_SIZE, its map entries set to kind, of which the first `first`
- * bytes are mapped (all of it outside the window: *mapped tells). NULL when
- * the OS refuses. */
-char *region_space(size_t size, size_t first, size_t *mapped, uint8_t kind);
+ * REGION_SIZE, of which the first `first` bytes are mapped (all of it
+ * outside the window: *mapped tells). Its map entries read MAP_RESERVED
+ * until the caller sets them up: never MAP_NONE, which placement reads as
+ * free address space (another thread would place there meanwhile, past
+ * what is mapped). NULL when the OS refuses. */
+char *region_space(size_t size, size_t first, size_t *mapped);
 /* The same in the window only: NULL where it has no room or the kernel will
  * not place there (nothing is mapped then). */
-char *region_space_window(size_t size, size_t first, size_t *mapped, uint8_t kind);
+char *region_space_window(size_t size, size_t first, size_t *mapped);
 /* Maps more of a region's space, up to want bytes from its start; false
  * when it cannot (*taken: because something else is mapped there). */
 bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken);
@@ -107,8 +109,8 @@ bool region_space_grow(char *base, size_t *mapped, size_t want, bool *taken);
 void region_space_free(char *base, size_t size, size_t mapped);
 
 /* A region's memory: from the pool, or new (first bytes mapped). Its map
- * entries read MAP_RESERVED until the caller sets them, its header done:
- * never MAP_NONE, which placement reads as free address space. */
+ * entries read MAP_RESERVED (region_space) until the caller sets them, its
+ * header done. */
 char *region_get(size_t first, size_t *mapped, bool *dirty);
 /* An empty region to the pool (its pages dirty since now), or back to the OS
  * when the pool is full. */
