@@ -252,7 +252,7 @@ static void hot_sync(large_hot_t *h) {
  * without counting (each count reads every list's head). */
 #define HOT_FULL_SKIP 16
 static bool hot_fits(large_hot_t *h, size_t bytes) {
-  if (h->bytes + h->unsynced + bytes <= LARGE_HOT_MAX_BYTES) return true;
+  if (large_hot_fits_counted(h, bytes)) return true;
   if (bytes > LARGE_HOT_MAX_BYTES) return false;
   if (h->full_skip) {
     h->full_skip--;

@@ -21,6 +21,13 @@
  * LARGE_HOT_MAX_BYTES in all) that its mallocs take without the lock. */
 #define LARGE_CLASS_MAX ((size_t)256 * 1024)
 #define LARGE_HOT_MAX_BYTES ((size_t)16 << 20)
+/* The lists' bytes are counted (h->bytes) only now and then: malloc's fast
+ * path takes without counting, frees count what they push (h->unsynced).
+ * While those pushes stay under LARGE_HOT_SLACK a block fits when it fits
+ * the last count, so that lists at their bound are counted once per that
+ * many bytes pushed, not at every free; they pass the bound by that much
+ * at most. */
+#define LARGE_HOT_SLACK (LARGE_HOT_MAX_BYTES / 16)
 #define LARGE_HOT_TABLE (LARGE_CLASS_MAX / 4096)
 _Static_assert(VIEW_LARGE_MAX == LARGE_CLASS_MAX, "malloc's view shows every list");
 
@@ -106,6 +113,12 @@ hak_inline void large_hot_put(large_hot_t *h, slab_t *l, block_t *b, size_t byte
   h->pushed++;
 }
 
+/* Whether a block of bytes fits the lists' bound as last counted. */
+hak_inline bool large_hot_fits_counted(const large_hot_t *h, size_t bytes) {
+  size_t pushed = h->unsynced > LARGE_HOT_SLACK ? h->unsynced : 0;
+  return h->bytes + pushed + bytes <= LARGE_HOT_MAX_BYTES;
+}
+
 /* large_free_hot where it calls nothing: true when p went on its list;
  * false with nothing changed where that would call (a list full or not
  * open, the lists at their bound as last counted, p tagged as a listed
@@ -121,7 +134,7 @@ hak_inline bool large_free_quick(heap_t *heap, void *p) {
   large_hot_t *h = &heap->lhot;
   slab_t *l = &h->list[c];
   const large_hot_block_t *b = p;
-  if (l->used == 0 || h->bytes + h->unsynced + bytes > LARGE_HOT_MAX_BYTES || large_hot_listed_look(b)) return false;
+  if (l->used == 0 || !large_hot_fits_counted(h, bytes) || large_hot_listed_look(b)) return false;
   large_hot_put(h, l, p, bytes);
   return true;
 }
