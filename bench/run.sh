@@ -183,6 +183,7 @@ if [ $MODE = full ]; then
     "handoff|2 pairs, 64 B, 2 x 1000 batches of 4096|pairs=2 batches=1000 per=4096 depth=100 min=64 max=64 seed=1"
     "shared_slots|1 thr, 16-256 B, 65536 slots|threads=1 ops=4000000 slots=65536 min=16 max=256 seed=1"
     "shared_slots|2 thr, 16-256 B, 65536 slots|threads=2 ops=2000000 slots=65536 min=16 max=256 seed=1"
+    "shared_slots|8 thr, 32-256 KiB, 512 slots|threads=8 ops=25000 slots=512 min=32768 max=262144 seed=1"
     "exchange|2 thr, 16 B-16 KiB, 1 in 8 traded|threads=2 ops=3000000 window=4000 slots=8192 hand=8 seed=1"
     "false_sharing|scratch, 2 thr, 8 B|mode=scratch threads=2 iters=4000 writes=10000 size=8"
     "false_sharing|thrash, 2 thr, 8 B|mode=thrash threads=2 iters=4000 writes=10000 size=8"

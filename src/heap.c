@@ -1075,17 +1075,34 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay) {
   hak_unlock(&heaps_lock);
 }
 
+/* Whether h lends the run: locked then, and only then. */
+static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, run_t *r) {
+  if (h == self || run_heap_dirty_bytes(&h->pages) < ((size_t)n << h->pages.page_shift) || !hak_trylock(&h->lock))
+    return false;
+  if (run_alloc(&h->pages, n, align, grid, r)) return true;
+  heap_unlock(h);
+  return false;
+}
+
+/* Heaps whose thread runs lend too, after the abandoned ones: where more
+ * threads run than there are processors, other threads' frees give a
+ * waiting thread's heap the pages that the running ones need. At most
+ * LEND_LOOK of them are looked at, newest first, so that the look costs no
+ * more as threads come. */
+#define LEND_LOOK 64
+
 /* Only trylocks: the caller holds its own heap's lock, and heap_fork_lock
  * takes heaps_lock before the heaps' locks. */
 heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, run_t *r) {
-  if (!hak_trylock(&heaps_lock)) return NULL;
   heap_t *lender = NULL;
-  for (heap_t *h = abandoned; h && !lender; h = h->next_abandoned) {
-    if (h == self || run_heap_dirty_bytes(&h->pages) < ((size_t)n << h->pages.page_shift) || !hak_trylock(&h->lock)) continue;
-    if (run_alloc(&h->pages, n, align, grid, r)) lender = h;
-    else heap_unlock(h);
+  if (hak_trylock(&heaps_lock)) {
+    for (heap_t *h = abandoned; h && !lender; h = h->next_abandoned)
+      if (heap_lends(h, self, n, align, grid, r)) lender = h;
+    hak_unlock(&heaps_lock);
   }
-  hak_unlock(&heaps_lock);
+  unsigned looked = 0;
+  for (heap_t *h = heap_all(); h && !lender && looked < LEND_LOOK; h = h->next_all, looked++)
+    if (heap_lends(h, self, n, align, grid, r)) lender = h;
   return lender;
 }
 
