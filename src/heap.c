@@ -1075,11 +1075,16 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay) {
   hak_unlock(&heaps_lock);
 }
 
-/* Whether h lends the run: locked then, and only then. */
-static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, run_t *r) {
-  if (h == self || run_heap_dirty_bytes(&h->pages) < ((size_t)n << h->pages.page_shift) || !hak_trylock(&h->lock))
-    return false;
-  if (run_alloc(&h->pages, n, align, grid, r)) return true;
+/* Whether h lends the run, a freed run of class cls that its cache keeps
+ * or resident free pages: locked then, and only then. */
+static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, run_t *r) {
+  if (h == self) return false;
+  bool cached = cls >= 0 && __atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) >= n,
+       dirty = run_heap_dirty_bytes(&h->pages) >= ((size_t)n << h->pages.page_shift);
+  if (!(cached || dirty) || !hak_trylock(&h->lock)) return false;
+  if ((cached && h->lcache.n[cls] != 0 && run_cache_pop(&h->lcache, (unsigned)cls, align, r)) ||
+      (dirty && run_alloc(&h->pages, n, align, grid, r)))
+    return true;
   heap_unlock(h);
   return false;
 }
@@ -1093,16 +1098,16 @@ static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align
 
 /* Only trylocks: the caller holds its own heap's lock, and heap_fork_lock
  * takes heaps_lock before the heaps' locks. */
-heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, run_t *r) {
+heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, run_t *r) {
   heap_t *lender = NULL;
   if (hak_trylock(&heaps_lock)) {
     for (heap_t *h = abandoned; h && !lender; h = h->next_abandoned)
-      if (heap_lends(h, self, n, align, grid, r)) lender = h;
+      if (heap_lends(h, self, n, align, grid, cls, r)) lender = h;
     hak_unlock(&heaps_lock);
   }
   unsigned looked = 0;
   for (heap_t *h = heap_all(); h && !lender && looked < LEND_LOOK; h = h->next_all, looked++)
-    if (heap_lends(h, self, n, align, grid, r)) lender = h;
+    if (heap_lends(h, self, n, align, grid, cls, r)) lender = h;
   return lender;
 }
 

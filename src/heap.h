@@ -329,11 +329,12 @@ void heap_trim_abandoned(void);
 void heap_tick_abandoned(uint64_t now, uint64_t delay);
 
 /* A free run of n pages (align, grid: run_alloc) for a Large block of heap
- * self, taken from another heap's dirty pages, an abandoned one's first: a
+ * self, taken from another heap, an abandoned one's first: a run of cache
+ * class cls (-1: none) that its cache keeps, or its dirty free pages. A
  * thread takes the pages that threads which exited or wait left, instead
  * of mapping more, as a shared page heap would give them. Returns that
  * heap, its lock held (the block is its: its free goes there), or NULL. */
-heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, run_t *r);
+heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, run_t *r);
 
 /* Hands the calling thread's heap back now, as thread exit does. */
 void heap_thread_done(void);

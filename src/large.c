@@ -411,7 +411,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   if (!ok) ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, a, &r);
   uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
-  heap_t *lender = ok ? NULL : heap_lend_run(heap, n, a, grid, &r);
+  heap_t *lender = ok ? NULL : heap_lend_run(heap, n, a, grid, c, &r);
   if (lender) { /* the block is the lender's: its free goes back there */
     live_add(lender, 0, run_bytes(r));
     heap_unlock(lender);

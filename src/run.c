@@ -426,7 +426,7 @@ bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_
   set_bit(r.chunk, r.page, RUN_CACHED, true);
   set_live(r.chunk, r.page, 0);
   k->n[cls] = n + 1;
-  k->pages += r.pages;
+  __atomic_store_n(&k->pages, k->pages + r.pages, __ATOMIC_RELAXED);
   return true;
 }
 
@@ -436,7 +436,7 @@ static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
   set_bit(c, x->page, RUN_CACHED, false);
   run_t r = {.chunk = c, .page = x->page, .pages = c->len[x->page], .dirty = true};
   set_live(c, x->page, r.pages);
-  k->pages -= r.pages;
+  __atomic_store_n(&k->pages, k->pages - r.pages, __ATOMIC_RELAXED);
   return r;
 }
 

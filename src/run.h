@@ -211,7 +211,7 @@ typedef struct {
 typedef struct {
   uint32_t n[RUN_CACHE_CLASSES];
   run_demand_t demand[RUN_CACHE_CLASSES]; /* each class's depth, from RUN_CACHE_DEPTH_MIN */
-  size_t pages;   /* in all classes */
+  size_t pages;   /* in all classes (atomic stores: read without the lock) */
   unsigned evict; /* the class run_cache_trim takes from next */
   run_cache_slot_t slot[RUN_CACHE_CLASSES][RUN_CACHE_DEPTH]; /* oldest first */
 } run_cache_t;
