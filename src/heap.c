@@ -1082,6 +1082,7 @@ static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align
   bool cached = cls >= 0 && __atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) >= n,
        dirty = run_heap_dirty_bytes(&h->pages) >= ((size_t)n << h->pages.page_shift);
   if (!(cached || dirty) || !hak_trylock(&h->lock)) return false;
+  /* a class it keeps none of: run_cache_pop would count a miss to its demand */
   if ((cached && h->lcache.n[cls] != 0 && run_cache_pop(&h->lcache, (unsigned)cls, align, r)) ||
       (dirty && run_alloc(&h->pages, n, align, grid, r)))
     return true;
@@ -1105,9 +1106,10 @@ heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t g
       if (heap_lends(h, self, n, align, grid, cls, r)) lender = h;
     hak_unlock(&heaps_lock);
   }
-  unsigned looked = 0;
+  unsigned looked = 0; /* active_ms 0: abandoned, looked at above */
   for (heap_t *h = heap_all(); h && !lender && looked < LEND_LOOK; h = h->next_all, looked++)
-    if (heap_lends(h, self, n, align, grid, cls, r)) lender = h;
+    if (atomic_load_explicit(&h->active_ms, memory_order_relaxed) != 0 && heap_lends(h, self, n, align, grid, cls, r))
+      lender = h;
   return lender;
 }
 
