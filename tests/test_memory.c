@@ -98,6 +98,11 @@
  *            the exited thread's heap holds free (resident), so writing them
  *            faults under a quarter of them, where pages of its own would
  *            fault each (HAKMEM_LEARN=0, HAKMEM_PURGE_DELAY_MS=10000).
+ *   lend_running  a thread writes 8 MiB of 128 KiB blocks, hands them to
+ *            the main thread and waits, alive; the main thread frees them
+ *            (into the waiting thread's heap) and writes as many: that heap
+ *            lends the runs it cached, so the writes fault under a quarter
+ *            of the pages (same settings).
  *   large_grid  Large blocks above 256 KiB, only their first page written
  *            and freed, merge into one dirty stretch: the next such block
  *            starts on a 128 KiB boundary in it, and the one after it, freed
@@ -111,7 +116,7 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, lend, large_grid, calloc)
+ *        arena, arena_grow, lend, lend_running, large_grid, calloc)
  */
 #include "testutil.h"
 
@@ -881,15 +886,30 @@ static void test_arena_grow(void)
 
 #define LEND_BLOCKS 64
 #define LEND_SIZE ((size_t)128 << 10)
-static void *lend_body(void *arg)
+#define LEND_PAGES ((long)(LEND_BLOCKS * LEND_SIZE / 4096))
+/* Mallocs LEND_BLOCKS blocks into b and writes them whole; the page faults
+ * that took. */
+static long lend_write(void **b, int fill)
 {
-  void *b[LEND_BLOCKS];
+  long f0 = minor_faults();
   for (int i = 0; i < LEND_BLOCKS; i++) {
     b[i] = A(malloc)(LEND_SIZE);
     CHECK(b[i] != NULL);
-    if (b[i]) memset(b[i], 1, LEND_SIZE);
+    if (b[i]) memset(b[i], fill, LEND_SIZE);
   }
+  return minor_faults() - f0;
+}
+
+static void lend_free(void **b)
+{
   for (int i = 0; i < LEND_BLOCKS; i++) A(free)(b[i]);
+}
+
+static void *lend_body(void *arg)
+{
+  void *b[LEND_BLOCKS];
+  lend_write(b, 1);
+  lend_free(b);
   return arg;
 }
 
@@ -899,17 +919,44 @@ static void test_lend(void)
   pthread_t th;
   CHECK(pthread_create(&th, NULL, lend_body, NULL) == 0);
   CHECK(pthread_join(th, NULL) == 0);
-  long f0 = minor_faults();
-  for (int i = 0; i < LEND_BLOCKS; i++) {
-    b[i] = A(malloc)(LEND_SIZE);
-    CHECK(b[i] != NULL);
-    if (b[i]) memset(b[i], 2, LEND_SIZE);
-  }
-  long faults = minor_faults() - f0, pages = (long)(LEND_BLOCKS * LEND_SIZE / 4096);
-  for (int i = 0; i < LEND_BLOCKS; i++) A(free)(b[i]);
+  long faults = lend_write(b, 2);
+  lend_free(b);
   A(free)(own);
-  CHECKF(faults * 4 < pages, "%ld page faults writing %ld pages an exited thread's heap left free", faults, pages);
+  CHECKF(faults * 4 < LEND_PAGES, "%ld page faults writing %ld pages an exited thread's heap left free", faults,
+         LEND_PAGES);
   printf("test_memory lend: %ld page faults writing 8 MiB on pages an exited thread left: OK\n", faults);
+}
+
+/* A thread that writes LEND_BLOCKS blocks, hands them to the main thread
+ * and waits, alive, while the main thread frees them and writes as many. */
+static pthread_barrier_t lend_wait;
+static void *lend_made[LEND_BLOCKS];
+static void *lend_body_waiting(void *arg)
+{
+  lend_write(lend_made, 1);
+  pthread_barrier_wait(&lend_wait); /* handed over */
+  pthread_barrier_wait(&lend_wait); /* the main thread wrote its own */
+  return arg;
+}
+
+static void test_lend_running(void)
+{
+  void *own = A(malloc)(64), *b[LEND_BLOCKS];
+  pthread_t th;
+  CHECK(pthread_barrier_init(&lend_wait, NULL, 2) == 0);
+  CHECK(pthread_create(&th, NULL, lend_body_waiting, NULL) == 0);
+  pthread_barrier_wait(&lend_wait);
+  lend_free(lend_made); /* into the waiting thread's heap */
+  long faults = lend_write(b, 2);
+  pthread_barrier_wait(&lend_wait);
+  CHECK(pthread_join(th, NULL) == 0);
+  pthread_barrier_destroy(&lend_wait);
+  lend_free(b);
+  A(free)(own);
+  CHECKF(faults * 4 < LEND_PAGES, "%ld page faults writing %ld pages a waiting thread's heap holds free", faults,
+         LEND_PAGES);
+  printf("test_memory lend_running: %ld page faults writing 8 MiB on pages freed into a waiting thread's heap: OK\n",
+         faults);
 }
 
 static void test_large_grid(void)
@@ -1100,6 +1147,7 @@ static const tu_case_t cases[] = {
   {"arena", test_arena, TU_BY_NAME},
   {"arena_grow", test_arena_grow, TU_BY_NAME},
   {"lend", test_lend, TU_BY_NAME},
+  {"lend_running", test_lend_running, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
   {"large_held", test_large_held, TU_BY_NAME},
   {"huge_held", test_huge_held, TU_BY_NAME},
