@@ -453,7 +453,11 @@ static bool held_put(void *p, uint8_t kind) {
 /* The held block of word w cut to want units, its tail freed, or grown to
  * them over the free units after it where all of those may be resident
  * (clean ones would fault where a run in the bins might not), under its
- * shard's lock: its units now, or 0 where neither fits (it is freed then). */
+ * shard's lock: its units now, or 0 where neither fits (it is freed then).
+ * Where blocks are written whole, a cut to less than half is not made: it
+ * would split the block's resident run, which a block of its size could
+ * use whole, for one the run search places in the run that fits it best.
+ * Written sparsely, the cut keeps the new block's head on written pages. */
 static size_t held_reshape(uintptr_t w, uint32_t want) {
   char *p = held_block(w);
   uint8_t kind = map_kind(p);
@@ -464,8 +468,12 @@ static size_t held_reshape(uintptr_t w, uint32_t want) {
   arena_t *a = arena_of_run(r);
   uint32_t touched = touched_units(a, r.page, r.pages);
   bool dirty = false, ok = true;
-  if (want < r.pages) run_shrink(&r, want, now);
-  else ok = run_grow(&r, want, true, &dirty);
+  if (want < r.pages) {
+    ok = want * 2 >= r.pages || !run_heap_written_whole(&sh->runs);
+    if (ok) run_shrink(&r, want, now);
+  } else {
+    ok = run_grow(&r, want, true, &dirty);
+  }
   if (ok) a->touched[r.page] = dirty ? r.pages : MIN(touched, r.pages);
   else run_free_prefix(r, touched, now);
   cache_evict_locked(sh, now, false);

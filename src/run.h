@@ -92,6 +92,11 @@ hak_inline size_t run_heap_dirty_bytes(const run_heap_t *h) {
 }
 hak_inline uint64_t run_heap_grew_ms(const run_heap_t *h) { return __atomic_load_n(&h->grew_ms, __ATOMIC_RELAXED); }
 
+/* Whether h's blocks are written whole, as its last grid probe found
+ * (grid_probe heaps; false until a probe finds skipped pages resident).
+ * Read under the heap's lock. */
+hak_inline bool run_heap_written_whole(const run_heap_t *h) { return h->probe_resident; }
+
 /* An allocated run. */
 typedef struct {
   run_chunk_t *chunk;

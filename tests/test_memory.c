@@ -109,6 +109,10 @@
  *            and asked again, on the same page, its first page resident (no
  *            fault), so a program that writes only the heads of its big
  *            blocks keeps few pages.
+ *   huge_fit  after a churn of huge blocks written whole, a held 48 MiB
+ *            block is not cut for a malloc of 3 MiB that a freed run fits,
+ *            and the next 48 MiB block writes over its pages (under a tenth
+ *            fault; purge delay and cache age pinned long).
  *
  * Run alone by name, a case measures a fresh process (CTest runs each so,
  * with the environment it needs); run together, each in a child of the
@@ -116,7 +120,7 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, lend, lend_running, large_grid, calloc)
+ *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit)
  */
 #include "testutil.h"
 
@@ -1127,6 +1131,48 @@ static void test_huge_held(void)
          mib(big), tu_now() - t0);
 }
 
+/* Huge blocks written whole (a byte a page): after a churn of them, a
+ * freed block of 48 MiB, held, is not cut for a malloc of 3 MiB, which a
+ * freed run of its size fits: that one takes the run, and the next 48 MiB
+ * block writes over the held one's resident pages (under a tenth fault).
+ * The purge delay and the cache's age are pinned long by CTest. */
+static unsigned char *written(size_t size, unsigned char v)
+{
+  unsigned char *p = A(malloc)(size);
+  CHECK(p != NULL);
+  if (p == NULL) return NULL;
+  for (size_t o = 0; o < size; o += 4096) p[o] = v;
+  p[size - 1] = v;
+  return p;
+}
+
+static void test_huge_fit(void)
+{
+  enum { SLOTS = 4 };
+  unsigned char *p[SLOTS] = {0};
+  uint64_t rng = 42;
+  for (int i = 0; i < 300; i++) {
+    size_t v = tu_xorshift(&rng) % SLOTS, k = 21 + tu_xorshift(&rng) % 4;
+    A(free)(p[v]);
+    p[v] = written(((size_t)1 << k) + (tu_xorshift(&rng) % ((size_t)1 << k) & ~(size_t)4095) + 4096, 1);
+  }
+  for (int v = 0; v < SLOTS; v++) A(free)(p[v]);
+  unsigned char *big = written(48 * MiB, 2), *small = written(3 * MiB, 3), *guard = written(3 * MiB, 4);
+  A(free)(big); /* held */
+  A(free)(small);
+  unsigned char *s2 = written(3 * MiB, 5);
+  CHECKF(s2 != big, "malloc(3 MiB) cut the held 48 MiB block at %p", (void *)big);
+  long f0 = minor_faults();
+  unsigned char *b2 = written(48 * MiB, 6);
+  long faults = minor_faults() - f0;
+  CHECKF(faults < (long)(48 * MiB / 4096 / 10), "%ld of %zu pages faulted writing 48 MiB again", faults, 48 * MiB / 4096);
+  A(free)(b2);
+  A(free)(s2);
+  A(free)(guard);
+  printf("test_memory huge_fit: a held 48 MiB block kept whole for the next one (%ld faults), not cut for 3 MiB: OK\n",
+         faults);
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -1151,6 +1197,7 @@ static const tu_case_t cases[] = {
   {"large_grid", test_large_grid, TU_BY_NAME},
   {"large_held", test_large_held, TU_BY_NAME},
   {"huge_held", test_huge_held, TU_BY_NAME},
+  {"huge_fit", test_huge_fit, TU_BY_NAME},
   {"grow_huge", test_grow_huge, 0},
   {"calloc", test_calloc, TU_BY_NAME},
 };
