@@ -838,7 +838,13 @@ void *huge_realloc(void *p, size_t size) {
   uint32_t n = units_of(bytes);
   bool dirty = false, ok = true;
   uint32_t roomy = (uint32_t)MIN((size_t)n * HUGE_RESERVE, r.chunk->limit - r.page); /* room to grow again in place */
-  if (n > r.pages) ok = (roomy > n && run_grow(&r, roomy, false, &dirty)) || run_grow(&r, n, false, &dirty);
+  if (n > r.pages) {
+    ok = (roomy > n && run_grow(&r, roomy, false, &dirty)) || run_grow(&r, n, false, &dirty);
+    /* a block at the end of its shard's growing arena grows with the arena
+     * (up to an arena block's bound: beyond, it moves to a mapping of its own) */
+    if (!ok && sh->growing == a && bytes <= ARENA_BLOCK_MAX && run_ends_chunk(r) && arena_grow(sh, n - r.pages))
+      ok = run_grow(&r, n, false, &dirty);
+  }
   else if (n < r.pages / 4) run_shrink(&r, n, os_now_ms());
   uint32_t fresh = 0;
   if (ok) {

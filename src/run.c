@@ -388,6 +388,12 @@ bool run_grow(run_t *r, uint32_t n, bool dirty_only, bool *dirty) {
   return true;
 }
 
+bool run_ends_chunk(run_t r) {
+  const run_chunk_t *c = r.chunk;
+  uint32_t end = r.page + r.pages;
+  return end == c->limit || (end < c->limit && free_start(c, end) && end + c->len[end] == c->limit);
+}
+
 void run_shrink(run_t *r, uint32_t n, uint64_t now) {
   run_chunk_t *c = r->chunk;
   if (n >= r->pages) return;

@@ -146,6 +146,9 @@ bool run_free_prefix(run_t r, uint32_t dirty, uint64_t now);
  * too few follow, or (dirty_only) when any of those lies outside their run's
  * dirty stretch. *dirty is set when any taken page was dirty. */
 bool run_grow(run_t *r, uint32_t n, bool dirty_only, bool *dirty);
+/* Whether no allocated run follows r in its chunk: r ends at the chunk's
+ * limit, or the free run after it does (growing the chunk lets r grow). */
+bool run_ends_chunk(run_t r);
 /* Shrinks r in place to n pages (0 < n <= r->pages), freeing the tail dirty. */
 void run_shrink(run_t *r, uint32_t n, uint64_t now);
 /* Calls fn for every run of c in address order: free, or allocated (ctx is

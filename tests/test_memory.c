@@ -109,6 +109,10 @@
  *            and asked again, on the same page, its first page resident (no
  *            fault), so a program that writes only the heads of its big
  *            blocks keeps few pages.
+ *   regrow_huge  a buffer grown by half again to 64 MiB with realloc,
+ *            freed and grown again: the second growth faults under a
+ *            tenth of its pages (it grew in its arena, whose pages the
+ *            BigCache kept; HAKMEM_LEARN=0).
  *   huge_fit  after a churn of huge blocks written whole, a held 48 MiB
  *            block is not cut for a malloc of 3 MiB that a freed run fits,
  *            and the next 48 MiB block writes over its pages (under a tenth
@@ -120,7 +124,7 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit)
+ *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit, regrow_huge)
  */
 #include "testutil.h"
 
@@ -1020,6 +1024,38 @@ static void test_grow_huge(void)
          TO >> 20, faults, pages);
 }
 
+/* A buffer grown by half again from 16 B to 64 MiB (realloc, each new part
+ * written), freed, and grown so again: it grows in its arena, which grows
+ * with it, and the second time its pages are the first one's, cached (under
+ * a tenth fault); moved to a mapping of its own and unmapped at free, each
+ * growth faulted every page. */
+static void test_regrow_huge(void)
+{
+  long faults[2] = {0};
+  for (int round = 0; round < 2; round++) {
+    long f0 = minor_faults();
+    size_t cap = 16;
+    unsigned char *v = A(malloc)(cap);
+    CHECK(v != NULL);
+    while (v != NULL && cap < 64 * MiB) {
+      size_t more = cap + cap / 2;
+      unsigned char *nv = tu_launder(A(realloc)(v, more));
+      CHECKF(nv != NULL, "realloc(%zu)", more);
+      if (nv == NULL) break;
+      memset(nv + cap, round + 1, more - cap);
+      v = nv;
+      cap = more;
+    }
+    faults[round] = minor_faults() - f0;
+    CHECKF(v[cap - 1] == round + 1 && v[64 * MiB / 2] == round + 1, "round %d: bytes lost", round);
+    A(free)(v);
+  }
+  long pages = (long)(64 * MiB / 4096);
+  CHECKF(faults[1] < pages / 10, "the second growth to 64 MiB faulted %ld pages (the first %ld)", faults[1], faults[0]);
+  printf("test_memory regrow_huge: a buffer grown by half to 64 MiB, twice: %ld then %ld page faults: OK\n", faults[0],
+         faults[1]);
+}
+
 /* The block above 256 KiB freed last is held (large.c): the next malloc of
  * its size, or up to a 32nd less, takes it without the lock; a shorter one
  * takes it reshaped in place (its tail freed), a longer one too where the
@@ -1199,6 +1235,7 @@ static const tu_case_t cases[] = {
   {"huge_held", test_huge_held, TU_BY_NAME},
   {"huge_fit", test_huge_fit, TU_BY_NAME},
   {"grow_huge", test_grow_huge, 0},
+  {"regrow_huge", test_regrow_huge, TU_BY_NAME},
   {"calloc", test_calloc, TU_BY_NAME},
 };
 
