@@ -394,6 +394,12 @@ size_t large_cached_bytes(void) {
   return sum;
 }
 
+void *large_zero(void *p, size_t size) {
+  if (size >= CALLOC_LOOK_MIN) os_zero(p, size);
+  else memset(p, 0, size);
+  return p;
+}
+
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   unsigned shift = os_page_log2();
   size_t bytes = block_bytes(size);
@@ -423,10 +429,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   if (!ok) return NULL;
   bytes = run_bytes(r); /* a cached run of the class may be longer than asked: free counts its length */
   char *p = run_addr(r);
-  if (zero && r.dirty) {
-    if (size >= CALLOC_LOOK_MIN) os_zero(p, size);
-    else memset(p, 0, size);
-  }
+  if (zero && r.dirty) large_zero(p, size);
   stat_alloc(STAT_ROW_LARGE, bytes);
   return p;
 }

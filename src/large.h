@@ -45,6 +45,9 @@ bool large_free(void *p);
  * alignment is above a page); NULL when it keeps none of the size's class
  * that is aligned so at the head of its list. */
 void *large_alloc_hot(heap_t *heap, size_t size, size_t align);
+/* Zeroes p, a Large block of size bytes on pages that may hold old data
+ * (calloc): returns p. */
+void *large_zero(void *p, size_t size);
 /* The owner's free of p, a Large block of its own (or any pointer into a
  * region, whose unit holds no slab), kept for its mallocs; false when the
  * locked path is to free it (large_free). */
