@@ -65,13 +65,12 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
 }
 
 /* The first class of size bytes or more whose blocks are aligned to align,
- * a power of two (their size a multiple of it: slab_block_at); NUM_CLASSES
- * when none. */
+ * a power of two from 16 to SMALL_MAX (their size a multiple of it:
+ * slab_block_at); NUM_CLASSES when none. */
 hak_inline unsigned class_aligned(size_t size, size_t align) {
   unsigned cls = size_class(size);
   if (cls && hak_class_size[cls - 1] >= size) cls--; /* a power of two's class (size_class.h) */
-  while (cls < NUM_CLASSES && (hak_class_size[cls] & (align - 1))) cls++;
-  return cls;
+  return hak_aligned_class[__builtin_ctzll(align) - 4][cls];
 }
 
 /* Profiling: an allocation that takes the heap's sampling count below zero

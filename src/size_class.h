@@ -22,6 +22,8 @@ extern const uint8_t hak_tiny_class[TINY_MAX / 8 + 1];
 extern const uint8_t hak_mid_class[SMALL_MAX / 128 + 1];
 extern const uint32_t hak_class_size[NUM_CLASSES];
 extern const uint8_t hak_class_units[NUM_CLASSES];
+#define ALIGNED_ROWS 12 /* alignments 16 B to SMALL_MAX */
+extern const uint8_t hak_aligned_class[ALIGNED_ROWS][NUM_CLASSES];
 
 /* The class of a size of at most SMALL_MAX. hak_mid_class holds the classes
  * that are multiples of 128; the one below may be a power of two's +16. */

@@ -263,6 +263,18 @@ static void test_aligned(void)
     for (int i = 0; i < N; i++) A(free)(v[i]);
   }
 
+  /* Every small class an alignment below a page picks: sizes up to three
+   * alignments, in steps that meet each class (16 B apart at least). */
+  for (size_t align = 32; align <= 2 * KiB; align *= 2) {
+    size_t step = align <= 256 ? 1 : 15;
+    for (size_t size = 1; size <= 3 * align; size += step) {
+      void *p = NULL;
+      CHECKF(A(posix_memalign)(&p, align, size) == 0, "posix_memalign(%zu, %zu)", align, size);
+      check_aligned_block("posix_memalign", p, align, size);
+      A(free)(p);
+    }
+  }
+
   /* valloc / pvalloc. */
   const size_t vs[] = {1, 100, 4095, 4096, 4097, 70000, 3 * MiB};
   for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
