@@ -66,7 +66,8 @@ hak_inline void *alloc_small(heap_t *heap, unsigned cls) {
 
 /* The first class of size bytes or more whose blocks are aligned to align,
  * a power of two from 16 to SMALL_MAX (their size a multiple of it:
- * slab_block_at); NUM_CLASSES when none. */
+ * slab_block_at); NUM_CLASSES when none lies within a page of the size's
+ * own class (above 8 KiB an aligned page run wastes less). */
 hak_inline unsigned class_aligned(size_t size, size_t align) {
   unsigned cls = size_class(size);
   if (cls && hak_class_size[cls - 1] >= size) cls--; /* a power of two's class (size_class.h) */
@@ -361,7 +362,8 @@ static void *alloc_aligned(size_t size, size_t align) {
       if (!sample && heap != &hak_heap_empty && (p = heap_alloc_small_slow(heap, cls)) != NULL) return p;
       return alloc_slow(hak_class_size[cls], heap, hak_class_size[cls], false);
     }
-    size = SMALL_MAX + 1; /* no class fits: a page run does */
+    /* no class fits: a page run does (alloc_slow's small classes take
+     * only alignments of MIN_ALIGN) */
   }
   return alloc_slow(size, heap, align, false);
 }
