@@ -844,8 +844,9 @@ void *huge_realloc(void *p, size_t size) {
      * (up to an arena block's bound: beyond, it moves to a mapping of its own) */
     if (!ok && sh->growing == a && bytes <= ARENA_BLOCK_MAX && run_ends_chunk(r) && arena_grow(sh, n - r.pages))
       ok = run_grow(&r, n, false, &dirty);
+  } else if (n < r.pages / 4) {
+    run_shrink(&r, n, os_now_ms());
   }
-  else if (n < r.pages / 4) run_shrink(&r, n, os_now_ms());
   uint32_t fresh = 0;
   if (ok) {
     uint32_t t = touched_units(a, r.page, r.pages); /* its usable size still the old one */
