@@ -52,7 +52,10 @@ const uint8_t hak_mid_class[SMALL_MAX / 128 + 1] = {
 /* The first class at or above a class whose size is a multiple of 16 << k
  * (alignments 16 B to 32 KiB), where it lies at most a page above the
  * class's size; NUM_CLASSES where none does (an aligned page run wastes
- * less): class_aligned's answer without a loop. */
+ * less): class_aligned's answer without a loop. Derived from
+ * hak_class_size, written out rather than filled at start-up: an aligned
+ * malloc may come before the process's set-up. test_api's aligned case
+ * checks the entries that sizes up to three alignments read. */
 const uint8_t hak_aligned_class[ALIGNED_ROWS][NUM_CLASSES] = {
   {1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
    29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54,
