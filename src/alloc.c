@@ -161,8 +161,11 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   }
   if (size > SMALL_MAX) {
     learn_alloc(size);
-    if (size <= LARGE_MAX && align <= LARGE_MAX && (p = large_alloc_hot(heap, size, MAX(align, 1))) != NULL)
+    if (size > LARGE_MAX || align > LARGE_MAX) { /* the loop below tries again after a failure */
+      if ((p = huge_alloc(size, align, zero)) != NULL) return p;
+    } else if ((p = large_alloc_hot(heap, size, MAX(align, 1))) != NULL) {
       return zero ? large_zero(p, size) : p;
+    }
   }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {

@@ -83,6 +83,7 @@ typedef struct {
 } shard_t;
 
 static shard_t shards[HUGE_SHARDS];
+static _Atomic size_t shards_dirty; /* the shards' dirty pages (units), kept by their run heaps */
 static hak_lock_t huge_lock; /* the arena slots and the own mappings' list */
 static own_t *owns;
 static arena_t *arenas[MAP_ARENAS];
@@ -96,15 +97,12 @@ void huge_init(void) {
   for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
     run_heap_init(&sh->runs, UNIT_BITS);
     sh->runs.grid_probe = true;
+    sh->runs.dirty_sum = &shards_dirty;
     atomic_store_explicit(&sh->next_arena, ARENA_FIRST, memory_order_relaxed);
   }
 }
 
-static size_t shards_cached_bytes(void) {
-  size_t n = 0;
-  for (int i = 0; i < HUGE_SHARDS; i++) n += run_heap_dirty_bytes(&shards[i].runs);
-  return n;
-}
+static size_t shards_cached_bytes(void) { return atomic_load_explicit(&shards_dirty, memory_order_relaxed) << UNIT_BITS; }
 
 /* A held block serves a malloc of its units or up to a third fewer (it has
  * at most half more): buffers whose sizes vary by that much would otherwise
@@ -312,7 +310,10 @@ void huge_cached_by_age(uint64_t now, size_t n, const uint64_t age_ms[], size_t 
 
 /* The usable size of a block of bytes in a run of run_bytes: a quarter more
  * than asked, room that realloc grows into in place, within the run. */
-static size_t usable_of(size_t run_bytes, size_t bytes) { return MIN(run_bytes, os_page_round(bytes + bytes / 4)); }
+static size_t usable_of(size_t run_bytes, size_t bytes) {
+  size_t want = os_page_round(bytes + bytes / 4);
+  return want ^ ((want ^ run_bytes) & -(size_t)(run_bytes < want)); /* the less, without a branch: sizes vary */
+}
 
 /* A huge block whose usable size went from old to now bytes (old 0: new,
  * now 0: freed), counted in the live bytes and the statistics. Each heap
@@ -424,8 +425,18 @@ static void held_release(uintptr_t w, uint64_t t) {
  * kind); false where it does not hold p (no heap, purging at once, p
  * larger than the BigCache's bound, a block held already, p not a block's
  * start): the caller frees it then. */
-static bool held_put(void *p, uint8_t kind) {
+static inline bool held_put(void *p, uint8_t kind) {
   heap_t *heap = heap_get();
+  /* A block held already was not taken since: frees in a row (a burst
+   * freed) gain nothing from holding, and the first one stays. Only the
+   * owner makes the word non-zero: where it reads 0, a store holds p; a
+   * purge round may empty it, never fill it. */
+  uintptr_t old = atomic_load_explicit(&heap->huge_held, memory_order_relaxed);
+  if (old != 0) {
+    if (held_block(old) != p) return false;
+    harden_double_free(p); /* returns only to ignore the second free */
+    return true;
+  }
   uint32_t unit;
   arena_t *a = heap != &hak_heap_empty ? arena_for(p, kind, &unit) : NULL;
   /* p's run is live while the program holds p: read without the lock */
@@ -433,17 +444,7 @@ static bool held_put(void *p, uint8_t kind) {
   if (units == 0 || (units << UNIT_BITS) > cap || policy_knob(KNOB_PURGE_DELAY_MS) == 0) return false;
   /* read before the word holds p: a purge round may free p from then on */
   size_t usable = __atomic_load_n(&a->usable[unit], __ATOMIC_RELAXED);
-  /* A block held already was not taken since: frees in a row (a burst
-   * freed) gain nothing from holding, and the first one stays. Only the
-   * owner makes the word non-zero: where it reads 0, a store holds p; a
-   * purge round may empty it, never fill it. */
-  uintptr_t w = (uintptr_t)p | units, old = atomic_load_explicit(&heap->huge_held, memory_order_relaxed);
-  if (old == w) {
-    harden_double_free(p); /* returns only to ignore the second free */
-    return true;
-  }
-  if (old != 0) return false;
-  atomic_store_explicit(&heap->huge_held, w, memory_order_release);
+  atomic_store_explicit(&heap->huge_held, (uintptr_t)p | units, memory_order_release);
   count_usable(usable, 0);
   size_t cached = shards_cached_bytes() + (units << UNIT_BITS);
   if (cached > cap) huge_cache_shrink(cached - cap);
@@ -481,21 +482,29 @@ static size_t held_reshape(uintptr_t w, uint32_t want) {
   return ok ? r.pages : 0;
 }
 
+/* Held word w, taken off its heap, for a malloc of want units aligned to
+ * align: its units, reshaped where it has too few or too many; 0, the block
+ * freed, where that fails or the alignment is more than a unit's. */
+static hak_noinline size_t held_refit(uintptr_t w, size_t want, size_t align) {
+  if (align > ARENA_UNIT) {
+    held_release(w, os_now_ms());
+    return 0;
+  }
+  return held_reshape(w, (uint32_t)want);
+}
+
 /* The calling thread's held block for a huge malloc of bytes aligned to
  * align, with units for room bytes at least (realloc's growth), zeroed with
- * zero; reshaped where it has too few units or too many; NULL, the block
- * freed, where that fails, or none is held. */
-static void *held_take(size_t bytes, size_t room, size_t align, bool zero) {
+ * zero; NULL, the block freed, where it cannot serve, or none is held. */
+static inline void *held_take(size_t bytes, size_t room, size_t align, bool zero) {
   heap_t *heap = heap_get();
   if (atomic_load_explicit(&heap->huge_held, memory_order_relaxed) == 0) return NULL;
   uintptr_t w = atomic_exchange_explicit(&heap->huge_held, 0, memory_order_acq_rel);
   size_t want = units_of(MAX(bytes, room)), have = held_units(w);
   if (w == 0) return NULL;
-  if (align > ARENA_UNIT) {
-    held_release(w, os_now_ms());
+  if (unlikely(align > ARENA_UNIT || have < want || have - want > want / HELD_SLACK) &&
+      (have = held_refit(w, want, align)) == 0)
     return NULL;
-  }
-  if ((have < want || have - want > want / HELD_SLACK) && (have = held_reshape(w, (uint32_t)want)) == 0) return NULL;
   char *p = held_block(w);
   uint32_t unit;
   arena_t *a = arena_for(p, map_kind(p), &unit);
@@ -556,9 +565,7 @@ static size_t held_sweep(uint64_t now, bool force) {
  * blocks are few, each costs far more in page faults than in a lock shared
  * with other threads, and one cache then serves them all. The block is
  * counted live here, where its usable size is at hand. */
-static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
-  void *held = held_take(bytes, room, align, zero);
-  if (held) return held;
+static hak_noinline void *arena_place(size_t bytes, size_t align, bool zero, size_t room) {
   size_t units = units_of(MAX(bytes, room)), took = 0, fresh = 0;
   uint32_t a = align > ARENA_UNIT ? (uint32_t)(align >> UNIT_BITS) : 1;
   bool big = units >= ARENA_FIRST >> UNIT_BITS;
@@ -585,6 +592,12 @@ static void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
   }
   stat_inc(huge_arena_blocks);
   return p;
+}
+
+/* The thread's held block where it serves, else a block placed anew. */
+static inline void *arena_alloc(size_t bytes, size_t align, bool zero, size_t room) {
+  void *held = held_take(bytes, room, align, zero);
+  return held ? held : arena_place(bytes, align, zero, room);
 }
 
 /* ---- own mappings ----------------------------------------------------------------- */
@@ -688,11 +701,17 @@ size_t huge_cache_shrink(size_t bytes) {
 
 size_t huge_cached_bytes(void) { return shards_cached_bytes() + held_bytes(); }
 
+/* A block placed in the arenas where it fits one, else a mapping of its own. */
+static hak_noinline void *huge_place(size_t size, size_t bytes, size_t align, bool zero) {
+  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_place(bytes, align, zero, 0) : NULL;
+  return p ? p : counted(own_alloc(size, align, 0));
+}
+
 void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
-  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_alloc(bytes, align, zero, 0) : NULL;
-  return p ? p : counted(own_alloc(size, align, 0));
+  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? held_take(bytes, 0, align, zero) : NULL;
+  return p ? p : huge_place(size, bytes, align, zero);
 }
 
 void *huge_alloc_growing(size_t size) {
@@ -703,7 +722,8 @@ void *huge_alloc_growing(size_t size) {
   return p ? p : counted(own_alloc(size, 0, reserve_for(os_page_size() + bytes)));
 }
 
-bool huge_free(void *p, uint8_t kind) {
+/* huge_free's blocks that the thread does not hold. */
+static hak_noinline bool huge_release(void *p, uint8_t kind) {
   if (kind == MAP_HUGE || kind == MAP_HUGE_ALIGNED) {
     own_t *h = own_lookup(p, kind);
     if (h == NULL) return false;
@@ -713,12 +733,13 @@ bool huge_free(void *p, uint8_t kind) {
   }
   shard_t *sh = shard_of(kind);
   if (sh == NULL) return false;
-  if (held_put(p, kind)) return true;
   size_t usable = arena_free(sh, p, kind, os_now_ms());
   if (usable == 0) return false;
   count_usable(usable, 0);
   return true;
 }
+
+bool huge_free(void *p, uint8_t kind) { return held_put(p, kind) || huge_release(p, kind); }
 
 size_t huge_usable_size(const void *p, uint8_t kind) {
   if (kind == MAP_HUGE || kind == MAP_HUGE_ALIGNED) {

@@ -101,6 +101,13 @@ static void dirty_remove(run_heap_t *h, run_node_t *x) {
 
 /* ---- free runs --------------------------------------------------------------- */
 
+/* Adds d pages (wrapping: a removal) to h's dirty count and to the total it
+ * shares, if any. The count is read without the lock: one store. */
+static void dirty_add(run_heap_t *h, size_t d) {
+  __atomic_store_n(&h->dirty_pages, h->dirty_pages + d, __ATOMIC_RELAXED);
+  if (h->dirty_sum) atomic_fetch_add_explicit(h->dirty_sum, d, memory_order_relaxed);
+}
+
 static bool free_start(const run_chunk_t *c, uint32_t i) { return run_bit(c, i, RUN_FREE); }
 
 /* Under the run heap's lock, as every read of the bitmap is (the lockless
@@ -133,7 +140,7 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
     /* a run dirty since before the newest goes first: it is the sooner due */
     if (at_tail) after = h->dirty_tail && t < h->dirty_tail->dirty_ms ? NULL : h->dirty_tail;
     dirty_insert(h, after, x);
-    __atomic_store_n(&h->dirty_pages, h->dirty_pages + (dhi - dlo), __ATOMIC_RELAXED);
+    dirty_add(h, dhi - dlo);
     if (at_tail && t > h->grew_ms) __atomic_store_n(&h->grew_ms, t, __ATOMIC_RELAXED);
   }
 }
@@ -150,7 +157,7 @@ static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
   if (x->dirty_ms) {
     before = x->dprev;
     dirty_remove(h, x);
-    __atomic_store_n(&h->dirty_pages, h->dirty_pages - (x->dhi - x->dlo), __ATOMIC_RELAXED);
+    dirty_add(h, -(size_t)(x->dhi - x->dlo));
   }
   node_give(c, x);
   return before;

@@ -68,6 +68,7 @@ struct run_heap_s {
   uint64_t nonempty[RUN_BINS / 64];
   run_node_t *dirty_head, *dirty_tail;
   size_t dirty_pages; /* pages of dirty free runs (run_heap_dirty_bytes) */
+  _Atomic size_t *dirty_sum; /* not NULL: a total of several heaps' dirty_pages, kept with it */
   size_t free_pages;  /* pages of free runs */
   run_chunk_t *chunks;
   unsigned page_shift;
