@@ -80,9 +80,24 @@ static void view_set(unsigned cls, slab_t *s) {
   for (size_t i = (MAX(prev, DIRECT_MAX) >> 8) + 1; i <= size >> 8; i++) hak_tls_view.mid[i] = s;
 }
 
+/* The first and last view entry of each Large list (heap_large_view_index):
+ * a thread binds and unbinds its lists' entries at start and exit. */
+_Static_assert(VIEW_LARGE_MAX / 4096 <= UINT8_MAX, "a view entry fits a byte");
+static uint8_t view_large_lo[LARGE_HOT_CLASSES], view_large_hi[LARGE_HOT_CLASSES];
+
+void heap_large_view_index(void) {
+  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) view_large_lo[c] = 1, view_large_hi[c] = 0;
+  for (size_t n = 0; n <= VIEW_LARGE_MAX / 4096; n++) {
+    unsigned c = heap_large_view_class[n];
+    if (c >= LARGE_HOT_CLASSES) continue;
+    if (view_large_lo[c] > view_large_hi[c]) view_large_lo[c] = (uint8_t)n;
+    view_large_hi[c] = (uint8_t)n;
+  }
+}
+
 /* Points the view's entries of Large list c at s. */
 static void view_set_large(unsigned c, slab_t *s) {
-  for (size_t n = 0; n <= VIEW_LARGE_MAX / 4096; n++)
+  for (size_t n = view_large_lo[c]; n <= view_large_hi[c]; n++)
     if (heap_large_view_class[n] == c) hak_tls_view.large[n] = s;
 }
 

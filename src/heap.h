@@ -164,6 +164,8 @@ extern __thread heap_view_t hak_tls_view __attribute__((tls_model("initial-exec"
  * (LARGE_HOT_CLASSES: none, and for every n where pages are not 4 KiB):
  * large_init fills it, the view's entries follow it. */
 extern uint8_t heap_large_view_class[VIEW_LARGE_MAX / 4096 + 1];
+/* Indexes the table by list, once large_init has filled it. */
+void heap_large_view_index(void);
 /* Whether the view may show Large lists: pages of 4 KiB, and no count that
  * every malloc must make (statistics, the profiler's samples). large_init
  * sets it, the profiler clears it. */

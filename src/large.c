@@ -80,6 +80,7 @@ void large_init(void) {
   heap_large_view_ok = !HAKMEM_SECURE && shift == 12 && !hak_stats_enabled;
   for (size_t n = 0; n <= VIEW_LARGE_MAX / 4096; n++)
     heap_large_view_class[n] = shift == 12 && n ? large_hot_for_pages[n] : LARGE_HOT_CLASSES;
+  heap_large_view_index();
 }
 
 /* The tables hold LARGE_CLASS_MAX >> page shift entries (fewer than LARGE_HOT_TABLE
