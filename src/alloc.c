@@ -161,8 +161,8 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   }
   if (size > SMALL_MAX) {
     learn_alloc(size);
-    if (size > LARGE_MAX || align > LARGE_MAX) { /* the loop below tries again after a failure */
-      if ((p = huge_alloc(size, align, zero)) != NULL) return p;
+    if (size > LARGE_MAX || align > LARGE_MAX) { /* the loop below places one anew */
+      if ((p = huge_alloc_held(size, align, zero)) != NULL) return p;
     } else if ((p = large_alloc_hot(heap, size, MAX(align, 1))) != NULL) {
       return zero ? large_zero(p, size) : p;
     }

@@ -707,10 +707,20 @@ static hak_noinline void *huge_place(size_t size, size_t bytes, size_t align, bo
   return p ? p : counted(own_alloc(size, align, 0));
 }
 
+/* The held block for a block of bytes, where an arena may hold one. */
+static inline void *held_for(size_t bytes, size_t align, bool zero) {
+  return bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? held_take(bytes, 0, align, zero) : NULL;
+}
+
+void *huge_alloc_held(size_t size, size_t align, bool zero) {
+  size_t bytes = block_bytes(size);
+  return bytes != 0 ? held_for(bytes, align, zero) : NULL;
+}
+
 void *huge_alloc(size_t size, size_t align, bool zero) {
   size_t bytes = block_bytes(size);
   if (bytes == 0) return NULL;
-  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? held_take(bytes, 0, align, zero) : NULL;
+  void *p = held_for(bytes, align, zero);
   return p ? p : huge_place(size, bytes, align, zero);
 }
 

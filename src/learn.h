@@ -28,12 +28,10 @@ hak_inline void learn_active(void) {
 }
 
 /* Each thread counts its Large and Huge allocations and adds them to the
- * process's counts every LEARN_COUNT_BATCH of them, when an idle stretch
- * ends, and at its slow paths' tick (once a millisecond at most): a count
- * shared by every thread, and the clock read to sample, cost more than the
- * allocation's own work, and a batch of a few made threads that reuse one
- * held huge block each take the count's cache line in turn. */
-#define LEARN_COUNT_BATCH 256
+ * process's counts every LEARN_COUNT_BATCH of them (or when an idle stretch
+ * ends): a count shared by every thread, and the clock read to sample, cost
+ * more than the allocation's own work. */
+#define LEARN_COUNT_BATCH 16
 typedef struct {
   uint32_t n;
   uint64_t bytes;
