@@ -31,8 +31,9 @@ void huge_init(void);
 /* A block of size bytes aligned to align; zeroed with zero. NULL when the OS
  * refuses. */
 void *huge_alloc(size_t size, size_t align, bool zero);
-/* The block the calling thread holds (its last huge free), where it serves
- * such a malloc; NULL otherwise (the block, if any, is then freed). */
+/* The block the calling thread holds (its last huge free) for such a
+ * malloc, reshaped in place where it must be; NULL where none is held or it
+ * cannot serve (it is freed then). */
 void *huge_alloc_held(size_t size, size_t align, bool zero);
 /* A block that realloc grows past REALLOC_HUGE_MIN: a mapping of its own that
  * reserves room to grow in place (later growth moves its pages, never copies
