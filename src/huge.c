@@ -701,15 +701,19 @@ size_t huge_cache_shrink(size_t bytes) {
 
 size_t huge_cached_bytes(void) { return shards_cached_bytes() + held_bytes(); }
 
+/* Whether an arena may hold a block of bytes aligned to align (else it
+ * gets a mapping of its own). */
+static bool arena_may_hold(size_t bytes, size_t align) { return bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE; }
+
 /* A block placed in the arenas where it fits one, else a mapping of its own. */
 static hak_noinline void *huge_place(size_t size, size_t bytes, size_t align, bool zero) {
-  void *p = bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? arena_place(bytes, align, zero, 0) : NULL;
+  void *p = arena_may_hold(bytes, align) ? arena_place(bytes, align, zero, 0) : NULL;
   return p ? p : counted(own_alloc(size, align, 0));
 }
 
 /* The held block for a block of bytes, where an arena may hold one. */
 static inline void *held_for(size_t bytes, size_t align, bool zero) {
-  return bytes <= ARENA_BLOCK_MAX && align <= REGION_SIZE ? held_take(bytes, 0, align, zero) : NULL;
+  return arena_may_hold(bytes, align) ? held_take(bytes, 0, align, zero) : NULL;
 }
 
 void *huge_alloc_held(size_t size, size_t align, bool zero) {
