@@ -137,22 +137,46 @@ void *os_map_aligned(size_t size, size_t align) {
 #define RELEASE_PIECE ((size_t)2 << 20)
 #define RELEASE_PIECED ((size_t)64 << 20)
 
-static bool release(long n, int kind, char *p, size_t size, long advice) {
+/* Each piece's call result, negative errno on failure, goes to done(). */
+static bool release(long n, int kind, char *p, size_t size, long advice, void (*done)(char *, size_t, long)) {
   bool ok = true;
   for (size_t off = 0; off < size;) {
     size_t len = size - off;
     if (off < RELEASE_PIECED && len > RELEASE_PIECE) len = RELEASE_PIECE;
     COUNT(kind);
-    ok &= !failed(MAP_CALL(n, p + off, len, advice, 0, 0, 0));
+    long r = MAP_CALL(n, p + off, len, advice, 0, 0, 0);
+    ok &= !failed(r);
+    if (done) done(p + off, len, r);
     off += len;
   }
   return ok;
 }
 
-void os_unmap(void *p, size_t size) { release(SYS_munmap, OS_MUNMAP, p, size, 0); }
+void os_unmap(void *p, size_t size) { release(SYS_munmap, OS_MUNMAP, p, size, 0, NULL); }
+
+/* The kernel refuses MADV_DONTNEED on locked pages (mlock, mlockall:
+ * EINVAL), which stay with their data: their resident pages are zeroed
+ * here (an absent locked page was never touched: it reads zero), so that a
+ * purged range always reads zeros (callers take it for clean: calloc does
+ * not zero it again). Not for ENOMEM: nothing is mapped there. */
+static void purge_done(char *p, size_t len, long r) {
+  if (!failed(r) || r == -ENOMEM) return;
+  unsigned char vec[512];
+  size_t page = os_page_size();
+  for (size_t off = 0; off < len;) {
+    size_t n = MIN_SIZE(len - off, sizeof vec * page), pages = (n + page - 1) / page;
+    COUNT(OS_MINCORE);
+    if (failed(SYS(SYS_mincore, p + off, n, vec, 0, 0, 0))) __builtin_memset(vec, 1, pages);
+    for (size_t i = 0, j; i < pages; i = j) {
+      for (j = i + 1; j < pages && (vec[j] & 1) == (vec[i] & 1); j++) {}
+      if (vec[i] & 1) __builtin_memset(p + off + i * page, 0, MIN_SIZE(j * page, n) - i * page);
+    }
+    off += n;
+  }
+}
 
 size_t os_purge(void *p, size_t size) {
-  return release(SYS_madvise, OS_MADVISE, p, size, MADV_DONTNEED) ? size : 0;
+  return release(SYS_madvise, OS_MADVISE, p, size, MADV_DONTNEED, purge_done) ? size : 0;
 }
 
 #define POPULATE_WRITE 23 /* MADV_POPULATE_WRITE, Linux 5.14 */

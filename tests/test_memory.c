@@ -117,6 +117,11 @@
  *            block is not cut for a malloc of 3 MiB that a freed run fits,
  *            and the next 48 MiB block writes over its pages (under a tenth
  *            fault; purge delay and cache age pinned long).
+ *   locked   under mlockall (MCL_ONFAULT), where the kernel refuses to purge
+ *            (MADV_DONTNEED on locked pages fails): blocks of every pool
+ *            written, freed and purged (HAKMEM_PURGE_DELAY_MS=0 and
+ *            malloc_trim), then calloc'd again, read zero throughout.
+ *            Skipped where mlockall is refused.
  *
  * Run alone by name, a case measures a fresh process (CTest runs each so,
  * with the environment it needs); run together, each in a child of the
@@ -124,7 +129,8 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit, regrow_huge)
+ *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit, regrow_huge,
+ *        locked)
  */
 #include "testutil.h"
 
@@ -1211,6 +1217,44 @@ static void test_huge_fit(void)
          faults);
 }
 
+/* Locked pages cannot be purged: what hakmem takes for purged must read
+ * zero all the same, or calloc hands out old data. MCL_ONFAULT: the
+ * reservations stay absent until touched. */
+static void test_locked(void)
+{
+  if (mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0) {
+    printf("test_memory locked: mlockall refused (%s), skipped\n", strerror(errno));
+    return;
+  }
+  static const size_t sizes[] = {64, 3000, 20 * KiB, 100 * KiB, 300 * KiB, MiB, 3 * MiB, 8 * MiB};
+  enum { N = 8 };
+  size_t checked = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    size_t size = sizes[i];
+    for (int round = 0; round < 3; round++) {
+      unsigned char *p[N];
+      for (int k = 0; k < N; k++) {
+        p[k] = A(malloc)(size);
+        CHECK(p[k] != NULL);
+        memset(p[k], 0xab, size);
+      }
+      for (int k = 0; k < N; k++) A(free)(p[k]);
+      if (round == 1) A(malloc_trim)(0);
+      for (int k = 0; k < N; k++) {
+        p[k] = A(calloc)(1, size);
+        CHECK(p[k] != NULL);
+        for (size_t b = 0; b < size; b++)
+          CHECKF(p[k][b] == 0, "calloc(%zu) round %d: byte %zu reads 0x%02x", size, round, b, p[k][b]);
+        checked += size;
+        memset(p[k], 0xcd, size);
+      }
+      for (int k = 0; k < N; k++) A(free)(p[k]);
+    }
+  }
+  munlockall();
+  printf("test_memory locked: %zu MiB calloc'd over freed, purged locked pages, all zero: OK\n", checked >> 20);
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -1239,6 +1283,7 @@ static const tu_case_t cases[] = {
   {"grow_huge", test_grow_huge, 0},
   {"regrow_huge", test_regrow_huge, TU_BY_NAME},
   {"calloc", test_calloc, TU_BY_NAME},
+  {"locked", test_locked, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
