@@ -188,6 +188,12 @@ void os_populate(void *p, size_t size) {
     atomic_store_explicit(&populate_unsupported, true, memory_order_relaxed);
 }
 
+#define NO_HUGE_PAGES 15 /* MADV_NOHUGEPAGE */
+void os_no_huge_pages(void *p, size_t size) {
+  COUNT(OS_MADVISE);
+  MAP_CALL(SYS_madvise, p, size, NO_HUGE_PAGES, 0, 0, 0);
+}
+
 bool os_protect_none(void *p, size_t size) {
   COUNT(OS_MPROTECT);
   return !failed(MAP_CALL(SYS_mprotect, p, size, PROT_NONE, 0, 0, 0));

@@ -49,6 +49,11 @@ void os_zero(void *p, size_t size);
 /* Faults [p, p+size) in at once, ahead of writes that would fault it page
  * by page; page-aligned. A hint: it may do nothing. */
 void os_populate(void *p, size_t size);
+/* Keeps transparent huge pages off [p, p+size) (page-aligned), memory that
+ * hakmem touches a page at a time: where THP is "always", the first touch
+ * of a 2 MiB stretch would make all of it resident. A hint: it may do
+ * nothing. */
+void os_no_huge_pages(void *p, size_t size);
 /* Makes [p, p+size) inaccessible (a guard); page-aligned. */
 bool os_protect_none(void *p, size_t size);
 /* Moves the pages of [p, p+size) to [to, to+size), replacing what was mapped

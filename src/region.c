@@ -240,6 +240,7 @@ bool region_new(run_heap_t *pages, void *owner) {
   if (base == NULL && first > REGION_FIRST) base = region_get(REGION_FIRST, &mapped, &dirty);
   if (base == NULL) return false;
   region_t *r = (region_t *)base;
+  os_no_huge_pages(base, mapped);
   uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> os_page_log2());
   __builtin_memset(r->slabs, 0, sizeof r->slabs);
   /* A unit no slab holds is its own head, with no owner: a pointer into it
@@ -261,12 +262,13 @@ bool region_grow(run_heap_t *pages) {
   run_chunk_t *c = pages->chunks; /* the newest region: the others grew before it was made */
   if (c == NULL || c->limit == c->pages) return false;
   region_t *r = region_of(c);
-  size_t want = MIN(r->mapped * 2, REGION_SIZE);
+  size_t want = MIN(r->mapped * 2, REGION_SIZE), old = r->mapped;
   bool taken;
   if (!region_space_grow((char *)r, &r->mapped, want, &taken)) {
     if (taken) c->pages = c->limit; /* something else lies beyond: this region stays as it is */
     return false;
   }
+  os_no_huge_pages((char *)r + old, r->mapped - old);
   run_chunk_grow(c, (uint32_t)(r->mapped >> os_page_log2()) - region_header_pages());
   return true;
 }

@@ -122,6 +122,11 @@
  *            written, freed and purged (HAKMEM_PURGE_DELAY_MS=0 and
  *            malloc_trim), then calloc'd again, read zero throughout.
  *            Skipped where mlockall is refused.
+ *   no_thp   the regions that hold small and Large blocks (the first one,
+ *            grown, and a thread's) are advised off transparent huge pages
+ *            (VmFlags "nh" in /proc/self/smaps): where THP is "always", a
+ *            thread's first malloc would otherwise make 2 MiB resident.
+ *            Skipped where the kernel has no THP.
  *
  * Run alone by name, a case measures a fresh process (CTest runs each so,
  * with the environment it needs); run together, each in a child of the
@@ -130,13 +135,14 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit, regrow_huge,
- *        locked)
+ *        locked, no_thp)
  */
 #include "testutil.h"
 
 #include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -1255,6 +1261,61 @@ static void test_locked(void)
   printf("test_memory locked: %zu MiB calloc'd over freed, purged locked pages, all zero: OK\n", checked >> 20);
 }
 
+/* Whether the mapping that holds p carries VmFlags "nh" (MADV_NOHUGEPAGE). */
+static bool no_huge_pages_at(const void *p)
+{
+  FILE *f = fopen("/proc/self/smaps", "r");
+  CHECK(f != NULL);
+  char line[512];
+  bool in = false, nh = false, found = false;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      found = true;
+      nh = strstr(line, " nh") != NULL;
+      break;
+    }
+  }
+  fclose(f);
+  CHECKF(found, "no mapping holds %p", p);
+  return nh;
+}
+
+static void *no_thp_thread(void *arg)
+{
+  void *p = A(malloc)(100);
+  CHECK(p != NULL);
+  *(bool *)arg = no_huge_pages_at(p);
+  A(free)(p);
+  return NULL;
+}
+
+static void test_no_thp(void)
+{
+  if (access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) != 0) {
+    printf("test_memory no_thp: no transparent huge pages here, skipped\n");
+    return;
+  }
+  static const size_t sizes[] = {64, 20 * KiB, 300 * KiB};
+  enum { N = 64 };
+  void *p[N];
+  for (int k = 0; k < N; k++) { /* 6 MiB in all: past the first region's first 256 KiB */
+    p[k] = A(malloc)(sizes[k % 3]);
+    CHECK(p[k] != NULL);
+    memset(p[k], 1, sizes[k % 3]);
+  }
+  for (int k = 0; k < N; k++) CHECKF(no_huge_pages_at(p[k]), "block %d (%zu B) at %p: huge pages allowed", k, sizes[k % 3], p[k]);
+  bool nh = false;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, no_thp_thread, &nh) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECKF(nh, "a thread's first block: huge pages allowed");
+  for (int k = 0; k < N; k++) A(free)(p[k]);
+  printf("test_memory no_thp: small and Large blocks, the main thread's and another's, on regions kept off THP: OK\n");
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -1284,6 +1345,7 @@ static const tu_case_t cases[] = {
   {"regrow_huge", test_regrow_huge, TU_BY_NAME},
   {"calloc", test_calloc, TU_BY_NAME},
   {"locked", test_locked, TU_BY_NAME},
+  {"no_thp", test_no_thp, 0},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
