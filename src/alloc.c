@@ -308,7 +308,7 @@ static hak_noinline void free_slow_ticked(void *p, heap_t *heap, slab_t *s) {
  * p is at a block's start by s's divc (a slab's units mirror its head's), as
  * the fast path found before it found the owner not its heap. */
 hak_inline void free_slow_at(void *p, heap_t *heap, slab_t *s, bool at_start) {
-  s = s->head; /* the fast path read p's unit's own descriptor */
+  s = unit_head(s); /* the fast path read p's unit's own descriptor */
   if (unlikely((++slow_calls & (TICK_EVERY - 1)) == 0)) {
     free_slow_ticked(p, heap, s);
     return;

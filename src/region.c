@@ -242,10 +242,10 @@ bool region_new(run_heap_t *pages, void *owner) {
   region_t *r = (region_t *)base;
   os_no_huge_pages(base, mapped);
   uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> os_page_log2());
-  __builtin_memset(r->slabs, 0, sizeof r->slabs);
-  /* A unit no slab holds is its own head, with no owner: a pointer into it
-   * fails free's owner test and is looked up, never trusted. */
-  for (size_t i = 0; i < REGION_UNITS; i++) r->slabs[i].head = &r->slabs[i];
+  /* A unit no slab holds reads zero, its own head with no owner: a pointer
+   * into it fails free's owner test and is looked up, never trusted. A
+   * fresh or purged region's header is zero already, untouched. */
+  if (dirty) __builtin_memset(r->slabs, 0, sizeof r->slabs);
   if (HAKMEM_SECURE) { /* guard pages on both sides of the header */
     os_protect_none(base, os_page_size());
     os_protect_none(base + ((size_t)(hp - 1) << os_page_log2()), os_page_size());
@@ -253,7 +253,7 @@ bool region_new(run_heap_t *pages, void *owner) {
   r->mapped = mapped;
   r->owner = owner;
   run_chunk_add(pages, &r->pages, base + ((size_t)hp << os_page_log2()), total - hp,
-                (uint32_t)(mapped >> os_page_log2()) - hp, r->page_meta, dirty ? os_now_ms() : 0);
+                (uint32_t)(mapped >> os_page_log2()) - hp, r->page_meta, !dirty, dirty ? os_now_ms() : 0);
   map_set(base, REGION_SIZE, MAP_REGION);
   return true;
 }
@@ -295,7 +295,7 @@ bool region_span_free(slab_t *s, uint64_t now) {
     slab_t *d = &r->slabs[first + i];
     atomic_store_explicit(&d->owner, 0, memory_order_relaxed);
     d->kind = SLAB_NONE;
-    d->head = d;
+    d->head = NULL;
   }
   atomic_fetch_sub_explicit(&region_span_bytes, n * UNIT_SIZE, memory_order_relaxed);
   unsigned shift = os_page_log2();
@@ -326,7 +326,7 @@ static void usage_of_run(void *ctx, run_t run, bool free) {
   region_t *r = region_of(p);
   slab_t *d = unit_in(r, p);
   if (free) u->free += n;
-  else if (((uintptr_t)p & (UNIT_SIZE - 1)) == 0 && d->head == d && atomic_load_explicit(&d->owner, memory_order_relaxed)) {
+  else if (((uintptr_t)p & (UNIT_SIZE - 1)) == 0 && unit_head(d) == d && atomic_load_explicit(&d->owner, memory_order_relaxed)) {
     u->slabs += n;
     u->slab_used += MIN(n, (size_t)__atomic_load_n(&d->used, __ATOMIC_RELAXED) * d->bsize);
   } else {

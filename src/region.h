@@ -52,7 +52,14 @@ hak_inline region_t *region_of(const void *p) { return (region_t *)((uintptr_t)p
 /* The descriptor of p's unit in region r: a slab's head, one of its other
  * units (which mirror what free's fast path reads, slab.h), or a free unit. */
 hak_inline slab_t *unit_in(region_t *r, const void *p) { return &r->slabs[((uintptr_t)p >> UNIT_SHIFT) & (REGION_UNITS - 1)]; }
-hak_inline slab_t *slab_in(region_t *r, const void *p) { return unit_in(r, p)->head; }
+/* The slab of unit descriptor d: its head's descriptor. One that no slab
+ * has written yet (zero: a fresh region's header is touched only where its
+ * units are used) heads itself. */
+hak_inline slab_t *unit_head(slab_t *d) {
+  slab_t *h = d->head;
+  return h ? h : d;
+}
+hak_inline slab_t *slab_in(region_t *r, const void *p) { return unit_head(unit_in(r, p)); }
 hak_inline slab_t *slab_of(const void *p) { return slab_in(region_of(p), p); }
 /* unit_in for p in map entry i: the region's address is i shifted back,
  * which the compiler would otherwise recompute from p (free: one
@@ -62,7 +69,7 @@ hak_inline slab_t *unit_of_entry(size_t i, const void *p) {
   return unit_in((region_t *)(i << REGION_SHIFT), p);
 }
 /* slab_of(p) for p in map entry i. */
-hak_inline slab_t *slab_of_entry(size_t i, const void *p) { return unit_of_entry(i, p)->head; }
+hak_inline slab_t *slab_of_entry(size_t i, const void *p) { return unit_head(unit_of_entry(i, p)); }
 hak_inline char *slab_start(const slab_t *s) {
   region_t *r = region_of(s);
   return (char *)r + (size_t)(s - r->slabs) * UNIT_SIZE;

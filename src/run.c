@@ -186,7 +186,7 @@ static void chunk_extend(run_chunk_t *c, uint32_t limit, uint64_t dirty_ms) {
 }
 
 void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, uint32_t limit, void *mem,
-                   uint64_t dirty_ms) {
+                   bool mem_zero, uint64_t dirty_ms) {
   /* the small arrays every operation reads first, then the nodes */
   char *m = mem;
   c->bits = (uint64_t *)m;
@@ -203,8 +203,10 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   c->node_free = c->node_top = 0;
   /* the nodes, page_node and last_of entries are set before they are read;
    * these two are read as they are */
-  __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
-  __builtin_memset(c->bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t));
+  if (!mem_zero) {
+    __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
+    __builtin_memset(c->bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t));
+  }
   c->base = base;
   c->pages = pages;
   c->limit = 0;

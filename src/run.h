@@ -121,10 +121,11 @@ hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_B
 
 void run_heap_init(run_heap_t *h, unsigned page_shift);
 /* Adds chunk c, its metadata in mem (run_chunk_meta_bytes(pages) bytes, 8-byte
- * aligned), its pages at base. Pages [0, limit) start as one free run, dirty
- * since dirty_ms (0: clean, never touched or purged). */
+ * aligned; mem_zero: it reads zero, fresh or purged, and is touched only
+ * where used), its pages at base. Pages [0, limit) start as one free run,
+ * dirty since dirty_ms (0: clean, never touched or purged). */
 void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, uint32_t limit, void *mem,
-                   uint64_t dirty_ms);
+                   bool mem_zero, uint64_t dirty_ms);
 /* Manages pages [c->limit, limit) too (now mapped), as a clean free run. */
 void run_chunk_grow(run_chunk_t *c, uint32_t limit);
 /* Takes c, which holds no allocated run, out of its heap. */
