@@ -119,13 +119,15 @@ static bool learning(void) { return hak_option_on(OPT_LEARN); }
 /* Microseconds a first touch of a fresh anonymous page costs here, timed on
  * a few pages (the least of several batches, so that preemption does not
  * count): the price of a page fault differs fivefold between machines. The
- * pages are mapped at start-up and purged after: an mmap or munmap call when
- * the first sample comes, with threads running, would wait for the address
- * space's lock (mmap_lock) behind every populate they make. */
+ * pages are mapped at start-up, and each batch faults the same ones in and
+ * purges them after, so that the probe adds a batch's pages to the peak
+ * resident memory, not all of them: an mmap or munmap call when the first
+ * sample comes, with threads running, would wait for the address space's
+ * lock (mmap_lock) behind every populate they make. */
 #define FAULT_PROBE_BATCHES 4
 #define FAULT_PROBE_PAGES 8
 static char *probe;
-static size_t probe_bytes(void) { return FAULT_PROBE_BATCHES * FAULT_PROBE_PAGES * os_page_size(); }
+static size_t probe_bytes(void) { return FAULT_PROBE_PAGES * os_page_size(); }
 
 void learn_init(void) {
   if (learning() && probe == NULL) probe = os_map(probe_bytes());
@@ -137,11 +139,11 @@ static double fault_us(void) {
   double best = 0;
   for (int b = 0; b < FAULT_PROBE_BATCHES; b++) {
     uint64_t t0 = os_now_ns();
-    for (int i = 0; i < FAULT_PROBE_PAGES; i++) ((volatile char *)probe)[(size_t)(b * FAULT_PROBE_PAGES + i) * page] = 1;
+    for (int i = 0; i < FAULT_PROBE_PAGES; i++) ((volatile char *)probe)[(size_t)i * page] = 1;
     double us = (double)(os_now_ns() - t0) / 1e3 / FAULT_PROBE_PAGES;
     if (b == 0 || us < best) best = us;
+    os_purge(probe, probe_bytes());
   }
-  os_purge(probe, probe_bytes());
   return best;
 }
 
