@@ -159,18 +159,26 @@ void os_unmap(void *p, size_t size) { release(SYS_munmap, OS_MUNMAP, p, size, 0,
  * here (an absent locked page was never touched: it reads zero), so that a
  * purged range always reads zeros (callers take it for clean: calloc does
  * not zero it again). Not for ENOMEM: nothing is mapped there. */
+/* Zeroes the pages of [p, p+n) that vec (mincore's) shows resident, a run
+ * of them at a time, and purges the absent ones when purge_absent. */
+static void zero_by_runs(char *p, size_t n, const unsigned char *vec, bool purge_absent) {
+  size_t page = os_page_size(), pages = (n + page - 1) / page;
+  for (size_t i = 0, j; i < pages; i = j) {
+    for (j = i + 1; j < pages && (vec[j] & 1) == (vec[i] & 1); j++) {}
+    if (vec[i] & 1) __builtin_memset(p + i * page, 0, MIN_SIZE(j * page, n) - i * page);
+    else if (purge_absent) os_purge(p + i * page, (j - i) * page);
+  }
+}
+
 static void purge_done(char *p, size_t len, long r) {
   if (!failed(r) || r == -ENOMEM) return;
   unsigned char vec[512];
   size_t page = os_page_size();
   for (size_t off = 0; off < len;) {
-    size_t n = MIN_SIZE(len - off, sizeof vec * page), pages = (n + page - 1) / page;
+    size_t n = MIN_SIZE(len - off, sizeof vec * page);
     COUNT(OS_MINCORE);
-    if (failed(SYS(SYS_mincore, p + off, n, vec, 0, 0, 0))) __builtin_memset(vec, 1, pages);
-    for (size_t i = 0, j; i < pages; i = j) {
-      for (j = i + 1; j < pages && (vec[j] & 1) == (vec[i] & 1); j++) {}
-      if (vec[i] & 1) __builtin_memset(p + off + i * page, 0, MIN_SIZE(j * page, n) - i * page);
-    }
+    if (failed(SYS(SYS_mincore, p + off, n, vec, 0, 0, 0))) __builtin_memset(vec, 1, (n + page - 1) / page);
+    zero_by_runs(p + off, n, vec, false);
     off += n;
   }
 }
@@ -363,10 +371,5 @@ void os_zero(void *p, size_t size) {
     os_purge(p, pages * page);
     return;
   }
-  for (size_t i = 0, j; i < pages; i = j) {
-    for (j = i + 1; j < pages && (vec[j] & 1) == (vec[i] & 1); j++) {}
-    char *a = (char *)p + i * page;
-    if (vec[i] & 1) __builtin_memset(a, 0, MIN_SIZE(j * page, size) - i * page);
-    else os_purge(a, (j - i) * page);
-  }
+  zero_by_runs(p, size, vec, true);
 }

@@ -17,7 +17,8 @@
  * (so free finds a block's slab by masking and indexing) and the run chunk
  * of the pages after the header, which its heap's run heap hands out, as
  * slabs (whole units) and as Large blocks (whole pages) alike. A unit no
- * slab holds has a descriptor that is its own head, with no owner.
+ * slab holds has a descriptor that is its own head (a NULL head, as a zero
+ * header reads), with no owner.
  *
  * The pool. An empty region waits in a bounded pool, its pages returned
  * after the purge delay, before it is unmapped. */

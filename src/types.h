@@ -44,13 +44,13 @@ struct heap_s;
 
 /* One descriptor per unit of a region. A slab spans one or more units; only
  * the head descriptor is used, and every descriptor points to its head (a
- * free unit's to itself), so that free finds the slab with one load. The
- * other units' descriptors also mirror the head's owner, divc and tc_off
- * (slab_mirror), so that free's fast path reads its unit's line alone. Three
- * cache lines, padded to four: what malloc, free and other threads' frees
- * touch (one line a call: the owner's list beside what tells a block and
- * its owner), what only the owner's slow paths touch, and the word other
- * threads count remote frees in. */
+ * free unit's is NULL, read as itself: unit_head), so that free finds the
+ * slab with one load. The other units' descriptors also mirror the head's
+ * owner, divc and tc_off (slab_mirror), so that free's fast path reads its
+ * unit's line alone. Three cache lines, padded to four: what malloc, free
+ * and other threads' frees touch (one line a call: the owner's list beside
+ * what tells a block and its owner), what only the owner's slow paths
+ * touch, and the word other threads count remote frees in. */
 #define SLAB_MAX_PAGES 128 /* 4 KiB pages in a slab of 8 units */
 
 typedef struct slab_s {
