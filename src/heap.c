@@ -1074,9 +1074,28 @@ static void heap_abandon(heap_t *heap) {
   hak_unlock(&heaps_lock);
 }
 
+/* On trim, an abandoned heap's regions that hold nothing go back to the
+ * pool, its last one too (a running heap keeps that): an exited thread's
+ * region header and address space are not held for an adopter that may
+ * never come, which takes a region from the pool when it allocates. Not by
+ * age: where threads come and go, each adopter would map and fault a
+ * region afresh while the last one waited in the pool. */
+static void heap_release_regions(heap_t *heap) {
+  uint64_t now = os_now_ms();
+  heap_lock(heap);
+  for (run_chunk_t *c = heap->pages.chunks, *next; c; c = next) {
+    next = c->next;
+    if (c->used == 0) region_release(region_of(c), now);
+  }
+  heap_unlock(heap);
+}
+
 void heap_trim_abandoned(void) {
   hak_lock(&heaps_lock);
-  for (heap_t *h = abandoned; h; h = h->next_abandoned) heap_release_empty(h, true);
+  for (heap_t *h = abandoned; h; h = h->next_abandoned) {
+    heap_release_empty(h, true);
+    heap_release_regions(h);
+  }
   hak_unlock(&heaps_lock);
 }
 

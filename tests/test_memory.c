@@ -122,6 +122,11 @@
  *            written, freed and purged (HAKMEM_PURGE_DELAY_MS=0 and
  *            malloc_trim), then calloc'd again, read zero throughout.
  *            Skipped where mlockall is refused.
+ *   exit_trim  64 threads each allocate, write and free a few small blocks,
+ *            and exit; malloc_trim(0) then gives their regions back: the
+ *            address space they took (4 MiB a thread: under half of it
+ *            left, the pool's purged regions) and their headers' resident
+ *            pages (under 48 KiB a thread left, stacks included).
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, and a thread's) are advised off transparent huge pages
  *            (VmFlags "nh" in /proc/self/smaps): where THP is "always", a
@@ -135,7 +140,7 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit, regrow_huge,
- *        locked, no_thp)
+ *        locked, no_thp, exit_trim)
  */
 #include "testutil.h"
 
@@ -1316,6 +1321,49 @@ static void test_no_thp(void)
   printf("test_memory no_thp: small and Large blocks, the main thread's and another's, on regions kept off THP: OK\n");
 }
 
+static pthread_barrier_t exit_trim_all; /* every thread holds its heap at once */
+
+static void *exit_trim_thread(void *arg)
+{
+  void *p[4];
+  for (int i = 0; i < 4; i++) {
+    size_t size = 16 + (size_t)(uintptr_t)arg * 29 + (size_t)i * 500;
+    CHECK((p[i] = A(malloc)(size)) != NULL);
+    memset(p[i], 1, size);
+  }
+  pthread_barrier_wait(&exit_trim_all);
+  for (int i = 0; i < 4; i++) A(free)(p[i]);
+  return NULL;
+}
+
+static void test_exit_trim(void)
+{
+  enum { N = 64 };
+  size_t vm0 = tu_statm(0), rss0 = tu_rss();
+  pthread_t th[N];
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * KiB);
+  pthread_barrier_init(&exit_trim_all, NULL, N);
+  for (uintptr_t i = 0; i < N; i++) CHECK(pthread_create(&th[i], &attr, exit_trim_thread, (void *)i) == 0);
+  for (int i = 0; i < N; i++) CHECK(pthread_join(th[i], NULL) == 0);
+  pthread_attr_destroy(&attr);
+  pthread_barrier_destroy(&exit_trim_all);
+  size_t vm1 = tu_statm(0), rss1 = tu_rss();
+  A(malloc_trim)(0);
+  size_t vm2 = tu_statm(0), rss2 = tu_rss();
+  /* the pool keeps a few empty regions mapped (purged): 64 MiB by default */
+  CHECKF(vm2 - vm0 < (vm1 - vm0) / 2, "after trim %zu MiB more address space than before %d threads (%zu MiB before the trim)",
+         mib(vm2 - vm0), N, mib(vm1 - vm0));
+  /* left: the stacks the C library caches, with their TLS, and each heap's
+   * own structure, kept for the next thread */
+  CHECKF(rss2 < rss0 + N * 48 * KiB, "after trim %zu KiB more resident than before %d threads (%zu KiB before it)",
+         (rss2 - rss0) / KiB, N, (rss1 - rss0) / KiB);
+  printf("test_memory exit_trim: %d exited threads' regions back on trim: +%zu MiB address space, +%zu KiB resident "
+         "(before the trim +%zu MiB, +%zu KiB): OK\n", N, mib(vm2 - vm0), (rss2 - rss0) / KiB, mib(vm1 - vm0),
+         (rss1 - rss0) / KiB);
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -1346,6 +1394,7 @@ static const tu_case_t cases[] = {
   {"calloc", test_calloc, TU_BY_NAME},
   {"locked", test_locked, TU_BY_NAME},
   {"no_thp", test_no_thp, 0},
+  {"exit_trim", test_exit_trim, 0},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
