@@ -161,6 +161,7 @@ if [ $MODE = full ]; then
     "memory|10M x 16 B|count=10000000 size=16 settle_ms=1000|3"
     "memory|100k x 1 KiB|count=100000 size=1024 settle_ms=1000|3"
     "memory|churn 5 x 1 GiB, 16 B-4 MiB|size=16 max=4194304 total_mb=1024 rounds=5 settle_ms=1000|3"
+    "memory|256 threads x 4 blocks, 16-2000 B|threads=256 count=4 size=16 max=2000 settle_ms=1000|3"
     "cross_thread|1 pair, 16-1024 B|pairs=1 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "cross_thread|2 pairs, 16-1024 B|pairs=2 blocks=5000000 min=16 max=1024 ring=1024 seed=1"
     "realloc|8 objects to 1 MiB|objects=8 target=1048576 reps=20 seed=1"
