@@ -154,11 +154,6 @@ static bool release(long n, int kind, char *p, size_t size, long advice, void (*
 
 void os_unmap(void *p, size_t size) { release(SYS_munmap, OS_MUNMAP, p, size, 0, NULL); }
 
-/* The kernel refuses MADV_DONTNEED on locked pages (mlock, mlockall:
- * EINVAL), which stay with their data: their resident pages are zeroed
- * here (an absent locked page was never touched: it reads zero), so that a
- * purged range always reads zeros (callers take it for clean: calloc does
- * not zero it again). Not for ENOMEM: nothing is mapped there. */
 /* Zeroes the pages of [p, p+n) that vec (mincore's) shows resident, a run
  * of them at a time, and purges the absent ones when purge_absent. */
 static void zero_by_runs(char *p, size_t n, const unsigned char *vec, bool purge_absent) {
@@ -170,6 +165,11 @@ static void zero_by_runs(char *p, size_t n, const unsigned char *vec, bool purge
   }
 }
 
+/* The kernel refuses MADV_DONTNEED on locked pages (mlock, mlockall:
+ * EINVAL), which stay with their data: their resident pages are zeroed
+ * here (an absent locked page was never touched: it reads zero), so that a
+ * purged range always reads zeros (callers take it for clean: calloc does
+ * not zero it again). Not for ENOMEM: nothing is mapped there. */
 static void purge_done(char *p, size_t len, long r) {
   if (!failed(r) || r == -ENOMEM) return;
   unsigned char vec[512];
