@@ -910,8 +910,8 @@ void huge_resident(size_t *live, size_t *cached, size_t *meta) {
     for (arena_t *a = sh->arenas; a; a = a->next) {
       *meta += os_resident(a, arena_meta_bytes(a->size >> UNIT_BITS));
       run_chunk_t *c = &a->chunk;
-      for (uint32_t s = 0; s < c->limit; s += c->len[s] ? c->len[s] : 1) {
-        size_t n = os_resident(c->base + ((size_t)s << UNIT_BITS), (size_t)c->len[s] << UNIT_BITS);
+      for (uint32_t s = 0; s < c->limit; s += c->pg[s].len ? c->pg[s].len : 1) {
+        size_t n = os_resident(c->base + ((size_t)s << UNIT_BITS), (size_t)c->pg[s].len << UNIT_BITS);
         if (run_at(c, s).chunk) *live += n;
         else *cached += n;
       }

@@ -222,8 +222,7 @@ uint32_t region_header_pages(void) {
   static _Atomic uint32_t cached; /* the same value, whichever thread computes it */
   uint32_t pages = atomic_load_explicit(&cached, memory_order_relaxed);
   if (likely(pages)) return pages;
-  size_t bytes = offsetof(region_t, page_meta) + run_chunk_meta_bytes((uint32_t)(REGION_SIZE >> os_page_log2()));
-  pages = (uint32_t)(os_page_round(bytes) >> os_page_log2()) + (HAKMEM_SECURE ? 1 : 0);
+  pages = (uint32_t)(os_page_round(sizeof(region_t)) >> os_page_log2()) + (HAKMEM_SECURE ? 1 : 0);
   atomic_store_explicit(&cached, pages, memory_order_relaxed);
   return pages;
 }

@@ -43,10 +43,12 @@ typedef struct region_s {
    * A slab's start clears only such rows: reading a never-written row
    * would make its page resident for nothing. */
   _Atomic uint64_t remote_units;
+  /* pages' metadata on the page after the descriptors, beside pages: a
+   * region that holds a few slabs touches three pages of its header */
+  _Alignas(64) uint8_t page_meta[RUN_CHUNK_META_BYTES(REGION_MAX_PAGES)];
   /* Remote frees: one bit a block, by its index in its slab, a slab's bits
    * running on over its units (slab.c) */
   _Alignas(64) _Atomic uint64_t remote_bits[REGION_UNITS][REMOTE_BITS_PER_UNIT / 64];
-  _Alignas(64) uint8_t page_meta[RUN_CHUNK_META_BYTES(REGION_MAX_PAGES)];
 } region_t;
 
 hak_inline region_t *region_of(const void *p) { return (region_t *)((uintptr_t)p & ~(REGION_SIZE - 1)); }

@@ -2,7 +2,7 @@
 #include "run.h"
 
 /* The node of the free run that starts at page. */
-hak_inline run_node_t *run_node_at(const run_chunk_t *c, uint32_t page) { return &c->node[c->page_node[page]]; }
+hak_inline run_node_t *run_node_at(const run_chunk_t *c, uint32_t page) { return &c->node[c->pg[page].node]; }
 
 /* A node from c's pool for the free run that starts at page. */
 static run_node_t *node_take(run_chunk_t *c, uint32_t page) {
@@ -14,7 +14,7 @@ static run_node_t *node_take(run_chunk_t *c, uint32_t page) {
     i = c->node_top++;
     hak_assert(i <= c->pages / 2);
   }
-  c->page_node[page] = i;
+  c->pg[page].node = i;
   run_node_t *x = &c->node[i];
   x->page = page;
   return x;
@@ -119,7 +119,7 @@ static void set_bit(run_chunk_t *c, uint32_t i, unsigned which, bool on) {
 
 /* Page i of c starts an allocated run of n pages, not cached (0: it does
  * not): an atomic store, read without the lock (run_live_pages). */
-static void set_live(run_chunk_t *c, uint32_t i, uint32_t n) { __atomic_store_n(&c->live[i], n, __ATOMIC_RELAXED); }
+static void set_live(run_chunk_t *c, uint32_t i, uint32_t n) { __atomic_store_n(&c->pg[i].live, n, __ATOMIC_RELAXED); }
 
 /* Makes [s, s+n) a free run dirty since t (0: clean) in [dlo, dhi); on the
  * dirty list after `after` (NULL: at the head), or at the tail if at_tail. */
@@ -128,8 +128,8 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
   run_heap_t *h = c->heap;
   run_node_t *x = node_take(c, s);
   if (t && dlo >= dhi) t = 0;
-  c->len[s] = n;
-  c->last_of[s + n - 1] = s;
+  c->pg[s].len = n;
+  if (s + n < c->pages) c->pg[s + n - 1].last_of = s; /* read by the free of the run after it */
   set_bit(c, s, RUN_FREE, true);
   x->chunk = c;
   x->dirty_ms = t;
@@ -150,7 +150,7 @@ static void free_insert(run_chunk_t *c, uint32_t s, uint32_t n, uint64_t t, uint
 static run_node_t *free_remove(run_chunk_t *c, uint32_t s) {
   run_heap_t *h = c->heap;
   run_node_t *x = run_node_at(c, s), *before = NULL;
-  uint32_t n = c->len[s];
+  uint32_t n = c->pg[s].len;
   set_bit(c, s, RUN_FREE, false);
   bin_remove(h, x, n);
   h->free_pages -= n;
@@ -179,7 +179,7 @@ void run_heap_init(run_heap_t *h, unsigned page_shift) {
 static void chunk_extend(run_chunk_t *c, uint32_t limit, uint64_t dirty_ms) {
   hak_assert(limit > c->limit && limit <= c->pages);
   uint32_t s = c->limit;
-  c->len[s] = limit - s;
+  c->pg[s].len = limit - s;
   c->used += limit - s;
   c->limit = limit;
   run_free((run_t){.chunk = c, .page = s, .pages = limit - s, .dirty = false}, dirty_ms != 0, dirty_ms);
@@ -187,24 +187,21 @@ static void chunk_extend(run_chunk_t *c, uint32_t limit, uint64_t dirty_ms) {
 
 void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, uint32_t limit, void *mem,
                    bool mem_zero, uint64_t dirty_ms) {
-  /* the small arrays every operation reads first, then the nodes */
+  /* the bitmap every operation reads, then the nodes, whose pool hands out
+   * its first slots first, so that a chunk that holds a few runs touches
+   * one page of both; then the pages' entries */
   char *m = mem;
   c->bits = (uint64_t *)m;
   m += (pages + 63) / 64 * 2 * sizeof(uint64_t);
-  c->len = (uint32_t *)m;
-  m += (size_t)pages * sizeof(uint32_t);
-  c->live = (uint32_t *)m; /* zeros already: fresh memory, or a chunk that held no allocated run */
-  m += (size_t)pages * sizeof(uint32_t);
-  c->last_of = (uint32_t *)m;
-  m += (size_t)pages * sizeof(uint32_t);
-  c->page_node = (uint32_t *)m;
-  m += (size_t)pages * sizeof(uint32_t);
   c->node = (run_node_t *)m;
+  m += ((size_t)pages / 2 + 1) * sizeof(run_node_t);
+  c->pg = (run_page_t *)m;
   c->node_free = c->node_top = 0;
-  /* the nodes, page_node and last_of entries are set before they are read;
-   * these two are read as they are */
+  /* an entry's node and last_of are set before they are read, its len and
+   * live read as they are (live zero: fresh memory, or a chunk that held
+   * no allocated run) */
   if (!mem_zero) {
-    __builtin_memset(c->len, 0, (size_t)pages * sizeof(uint32_t));
+    for (uint32_t i = 0; i < pages; i++) c->pg[i].len = 0;
     __builtin_memset(c->bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t));
   }
   c->base = base;
@@ -224,7 +221,7 @@ void run_chunk_grow(run_chunk_t *c, uint32_t limit) { chunk_extend(c, limit, 0);
 void run_chunk_remove(run_chunk_t *c) {
   run_heap_t *h = c->heap;
   hak_assert(c->used == 0);
-  for (uint32_t s = 0; s < c->limit; s += c->len[s]) free_remove(c, s);
+  for (uint32_t s = 0; s < c->limit; s += c->pg[s].len) free_remove(c, s);
   if (c->prev) c->prev->next = c->next;
   else h->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -245,7 +242,7 @@ static run_node_t *find(run_heap_t *h, uint32_t n) {
   if (sure != b) { /* runs of exactly n or a little more share bin b with shorter ones */
     int looked = 0;
     for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++)
-      if (x->chunk->len[x->page] >= n) return x;
+      if (x->chunk->pg[x->page].len >= n) return x;
   }
   unsigned found = bin_next(h, sure);
   if (found == RUN_BINS) return NULL;
@@ -272,7 +269,7 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
     for (run_node_t *x = h->bin[b]; x && looked < FIT_LOOKS; x = x->next, looked++) {
       run_chunk_t *c = x->chunk;
       uint32_t s = x->page;
-      if (aligned_page(c, s, align) + n <= s + c->len[s]) return x;
+      if (aligned_page(c, s, align) + n <= s + c->pg[s].len) return x;
     }
   }
   return find(h, n + align - 1);
@@ -306,7 +303,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
   run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
   if (x == NULL) return false;
   run_chunk_t *c = x->chunk;
-  uint32_t s = x->page, m = c->len[s], lo = x->dlo, hi = x->dhi;
+  uint32_t s = x->page, m = c->pg[s].len, lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   uint32_t at = s;
   if (align > 1) {
@@ -329,7 +326,7 @@ bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *
     if (run_node_at(c, s)->dirty_ms) before = run_node_at(c, s);
   }
   free_piece(c, at + n, s + m - at - n, t, lo, hi, before);
-  c->len[at] = n;
+  c->pg[at].len = n;
   set_live(c, at, n);
   c->used += n;
   *out = (run_t){.chunk = c, .page = at, .pages = n, .dirty = t && MAX(lo, at) < MIN(hi, at + n)};
@@ -343,18 +340,18 @@ bool run_free(run_t r, bool dirty, uint64_t now) { return run_free_prefix(r, dir
 /* Frees run r, dirty since t (0: clean) in [lo, hi) (empty: clean). */
 static bool run_free_stretch(run_t r, uint32_t lo, uint32_t hi, uint64_t t) {
   run_chunk_t *c = r.chunk;
-  uint32_t s = r.page, n = c->len[s];
+  uint32_t s = r.page, n = c->pg[s].len;
   hak_assert(n == r.pages && !free_start(c, s) && (lo >= hi || (s <= lo && hi <= s + n)));
   set_live(c, s, 0);
   c->used -= n;
   if (lo >= hi || t == 0) t = 0, lo = UINT32_MAX, hi = 0;
   if (s > 0) {
-    uint32_t f = c->last_of[s - 1];
-    if (f < s && free_start(c, f) && f + c->len[f] == s) {
+    uint32_t f = c->pg[s - 1].last_of;
+    if (f < s && free_start(c, f) && f + c->pg[f].len == s) {
       run_node_t *x = run_node_at(c, f);
       if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
       free_remove(c, f);
-      c->len[s] = 0;
+      c->pg[s].len = 0;
       n += s - f;
       s = f;
     }
@@ -363,9 +360,9 @@ static bool run_free_stretch(run_t r, uint32_t lo, uint32_t hi, uint64_t t) {
   if (r2 < c->limit && free_start(c, r2)) {
     run_node_t *x = run_node_at(c, r2);
     if (x->dirty_ms) t = MAX(t, x->dirty_ms), lo = MIN(lo, x->dlo), hi = MAX(hi, x->dhi);
-    uint32_t rn = c->len[r2];
+    uint32_t rn = c->pg[r2].len;
     free_remove(c, r2);
-    c->len[r2] = 0;
+    c->pg[r2].len = 0;
     n += rn;
   }
   free_insert(c, s, n, t, lo, hi, NULL, true);
@@ -381,15 +378,15 @@ bool run_grow(run_t *r, uint32_t n, bool dirty_only, bool *dirty) {
   run_chunk_t *c = r->chunk;
   uint32_t end = r->page + r->pages, want = n - r->pages;
   if (n <= r->pages) return true;
-  if (end >= c->limit || !free_start(c, end) || c->len[end] < want) return false;
+  if (end >= c->limit || !free_start(c, end) || c->pg[end].len < want) return false;
   run_node_t *x = run_node_at(c, end);
-  uint32_t m = c->len[end], lo = x->dlo, hi = x->dhi;
+  uint32_t m = c->pg[end].len, lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   if (dirty_only && !(t && lo <= end && end + want <= hi)) return false;
   run_node_t *before = free_remove(c, end);
-  c->len[end] = 0;
+  c->pg[end].len = 0;
   free_piece(c, end + want, m - want, t, lo, hi, before);
-  c->len[r->page] = n;
+  c->pg[r->page].len = n;
   set_live(c, r->page, n);
   c->used += want;
   r->pages = n;
@@ -400,31 +397,31 @@ bool run_grow(run_t *r, uint32_t n, bool dirty_only, bool *dirty) {
 bool run_ends_chunk(run_t r) {
   const run_chunk_t *c = r.chunk;
   uint32_t end = r.page + r.pages;
-  return end == c->limit || (end < c->limit && free_start(c, end) && end + c->len[end] == c->limit);
+  return end == c->limit || (end < c->limit && free_start(c, end) && end + c->pg[end].len == c->limit);
 }
 
 void run_shrink(run_t *r, uint32_t n, uint64_t now) {
   run_chunk_t *c = r->chunk;
   if (n >= r->pages) return;
   uint32_t tail = r->page + n, k = r->pages - n;
-  c->len[r->page] = n;
+  c->pg[r->page].len = n;
   set_live(c, r->page, n);
-  c->len[tail] = k;
+  c->pg[tail].len = k;
   r->pages = n;
   run_free((run_t){.chunk = c, .page = tail, .pages = k, .dirty = true}, true, now);
 }
 
 void run_chunk_walk(run_chunk_t *c, void (*fn)(void *ctx, run_t r, bool free), void *ctx) {
   for (uint32_t s = 0; s < c->limit;) {
-    uint32_t n = c->len[s] ? c->len[s] : 1;
+    uint32_t n = c->pg[s].len ? c->pg[s].len : 1;
     fn(ctx, (run_t){.chunk = c, .page = s, .pages = n}, free_start(c, s));
     s += n;
   }
 }
 
 run_t run_at(run_chunk_t *c, uint32_t page) {
-  if (page >= c->limit || c->len[page] == 0 || free_start(c, page)) return (run_t){0};
-  return (run_t){.chunk = c, .page = page, .pages = c->len[page], .dirty = true};
+  if (page >= c->limit || c->pg[page].len == 0 || free_start(c, page)) return (run_t){0};
+  return (run_t){.chunk = c, .page = page, .pages = c->pg[page].len, .dirty = true};
 }
 
 /* ---- the cache of freed runs -------------------------------------------------- */
@@ -449,7 +446,7 @@ bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_
 static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
   run_chunk_t *c = x->chunk;
   set_bit(c, x->page, RUN_CACHED, false);
-  run_t r = {.chunk = c, .page = x->page, .pages = c->len[x->page], .dirty = true};
+  run_t r = {.chunk = c, .page = x->page, .pages = c->pg[x->page].len, .dirty = true};
   set_live(c, x->page, r.pages);
   __atomic_store_n(&k->pages, k->pages - r.pages, __ATOMIC_RELAXED);
   return r;
@@ -519,7 +516,7 @@ static bool run_purge_take(run_heap_t *h, uint64_t now, uint64_t delay, size_t *
   bool aged = x != NULL && now - x->dirty_ms >= delay;
   if (x == NULL || (!aged && *over == 0)) return false;
   run_chunk_t *c = x->chunk;
-  uint32_t s = x->page, n = c->len[s], lo = x->dlo, hi = x->dhi;
+  uint32_t s = x->page, n = c->pg[s].len, lo = x->dlo, hi = x->dhi;
   *left = 0;
   *since = x->dirty_ms;
   if (!aged && *over < hi - lo) {

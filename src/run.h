@@ -22,8 +22,8 @@
 typedef struct run_chunk_s run_chunk_t;
 typedef struct run_heap_s run_heap_t;
 
-/* One per free run, from its chunk's pool (page_node finds it by the run's
- * first page). */
+/* One per free run, from its chunk's pool (the entry of the run's first
+ * page names its slot). */
 typedef struct run_node_s {
   struct run_node_s *next, *prev;   /* the bin's list, most recently freed first */
   struct run_node_s *dnext, *dprev; /* the heap's dirty list, oldest first */
@@ -33,17 +33,27 @@ typedef struct run_node_s {
   uint32_t page;                    /* the run's first page; in the pool's free stack, the next slot + 1 */
 } run_node_t;
 
+/* What a chunk knows of each of its pages, side by side, so that a chunk
+ * that holds few runs touches the first page of this array, not one page of
+ * each of four. */
+typedef struct {
+  uint32_t len;     /* at a run's first page (free or allocated): its length; 0 inside runs */
+  /* at an allocated run's first page, not in a run cache: its length; 0
+   * everywhere else, so that a chunk with no allocated run holds zeros
+   * (run_live_pages reads this one word, not len's and the bitmap's) */
+  uint32_t live;
+  /* at a free run's last page: its first page (checked, not cleared); not
+   * kept where the run ends the chunk, which no run follows */
+  uint32_t last_of;
+  uint32_t node;    /* at a free run's first page: its node's slot */
+} run_page_t;
+
 struct run_chunk_s {
   char *base;          /* page 0 */
   uint32_t pages;      /* pages the chunk may hold */
   uint32_t limit;      /* pages [0, limit) are managed; a chunk grows as its memory is mapped */
   uint32_t used;       /* pages in allocated runs */
-  uint32_t *len;       /* at a run's first page (free or allocated): its length; 0 inside runs */
-  /* at an allocated run's first page, not in a run cache: its length; 0
-   * everywhere else, so that a chunk with no allocated run holds zeros
-   * (run_live_pages reads this one word, not len's and the bitmap's) */
-  uint32_t *live;
-  uint32_t *last_of;   /* at a free run's last page: its first page (checked, not cleared) */
+  run_page_t *pg;      /* by page */
   /* two words per 64 pages, side by side: bit i % 64 of word RUN_FREE:
    * page i starts a free run; of word RUN_CACHED: it starts an allocated
    * run kept in a run cache (read and written under the lock) */
@@ -54,7 +64,6 @@ struct run_chunk_s {
    * from a pool that hands out the slots freed last first and fresh ones in
    * order, so that the pool's pages in use follow the free runs in use, not
    * the chunk's size. */
-  uint32_t *page_node; /* at a free run's first page: its node's slot */
   run_node_t *node;
   uint32_t node_free;  /* the pool's stack of freed slots: the top's slot + 1, 0 when empty */
   uint32_t node_top;   /* slots ever handed out */
@@ -115,7 +124,7 @@ hak_inline bool run_bit(const run_chunk_t *c, uint32_t i, unsigned which) { retu
 
 /* The metadata bytes of a chunk of `pages` pages (run_chunk_add's mem). */
 #define RUN_CHUNK_META_BYTES(pages)                                                                   \
-  (((size_t)(pages) / 2 + 1) * sizeof(run_node_t) + (size_t)(pages) * 4 * sizeof(uint32_t) +          \
+  (((size_t)(pages) / 2 + 1) * sizeof(run_node_t) + (size_t)(pages) * sizeof(run_page_t) +              \
    ((size_t)(pages) + 63) / 64 * 2 * sizeof(uint64_t))
 hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_BYTES(pages); }
 
@@ -162,14 +171,14 @@ void run_chunk_walk(run_chunk_t *c, void (*fn)(void *ctx, run_t r, bool free), v
  * calls will not confirm. Not in a cache (a cached run's node has its time). */
 hak_inline uint32_t run_live_pages(const run_chunk_t *c, uint32_t page) {
   if (page >= c->pages) return 0;
-  uint32_t n = __atomic_load_n(&c->live[page], __ATOMIC_RELAXED);
+  uint32_t n = __atomic_load_n(&c->pg[page].live, __ATOMIC_RELAXED);
   return n <= c->pages - page ? n : 0;
 }
 /* run_live_pages for a page below the length c was added with (its live
  * words cover that, whatever its limit or a later lower length): one read,
  * no bound. */
 hak_inline uint32_t run_chunk_live(const run_chunk_t *c, uint32_t page) {
-  return __atomic_load_n(&c->live[page], __ATOMIC_RELAXED);
+  return __atomic_load_n(&c->pg[page].live, __ATOMIC_RELAXED);
 }
 /* The allocated run that starts at page of c; {NULL} when none does. */
 run_t run_at(run_chunk_t *c, uint32_t page);

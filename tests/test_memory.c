@@ -127,6 +127,9 @@
  *            address space they took (4 MiB a thread: under half of it
  *            left, the pool's purged regions) and their headers' resident
  *            pages (under 48 KiB a thread left, stacks included).
+ *   thread_cost  64 threads each hold one 64-byte block at once: under 56
+ *            KiB resident a thread (the C library's stack pages and TLS,
+ *            hakmem's TLS view, heap, region header and the block's page).
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, and a thread's) are advised off transparent huge pages
  *            (VmFlags "nh" in /proc/self/smaps): where THP is "always", a
@@ -140,7 +143,7 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit, regrow_huge,
- *        locked, no_thp, exit_trim)
+ *        locked, no_thp, exit_trim, thread_cost)
  */
 #include "testutil.h"
 
@@ -1364,6 +1367,47 @@ static void test_exit_trim(void)
          (rss1 - rss0) / KiB);
 }
 
+/* Every thread holds one small block at once, then the main thread reads
+ * the resident memory they added. */
+static pthread_barrier_t thread_cost_held, thread_cost_done;
+
+static void *thread_cost_thread(void *arg)
+{
+  (void)arg;
+  void *p = A(malloc)(64);
+  CHECK(p != NULL);
+  memset(p, 1, 64);
+  pthread_barrier_wait(&thread_cost_held);
+  pthread_barrier_wait(&thread_cost_done);
+  A(free)(p);
+  return NULL;
+}
+
+static void test_thread_cost(void)
+{
+  enum { N = 64 };
+  pthread_t th[N];
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * KiB);
+  pthread_barrier_init(&thread_cost_held, NULL, N + 1);
+  pthread_barrier_init(&thread_cost_done, NULL, N + 1);
+  size_t rss0 = tu_rss();
+  for (int i = 0; i < N; i++) CHECK(pthread_create(&th[i], &attr, thread_cost_thread, NULL) == 0);
+  pthread_barrier_wait(&thread_cost_held);
+  size_t per = (tu_rss() - rss0) / N;
+  pthread_barrier_wait(&thread_cost_done);
+  for (int i = 0; i < N; i++) CHECK(pthread_join(th[i], NULL) == 0);
+  pthread_attr_destroy(&attr);
+  pthread_barrier_destroy(&thread_cost_held);
+  pthread_barrier_destroy(&thread_cost_done);
+  /* the C library's stack pages and TLS, hakmem's TLS view, heap and
+   * region header (three of its pages), and the block's page */
+  CHECKF(per <= 56 * KiB, "a thread holding one 64-byte block costs %zu KiB resident", per / KiB);
+  printf("test_memory thread_cost: %d threads holding one small block each, %zu KiB resident a thread: OK\n", N,
+         per / KiB);
+}
+
 /* Those marked TU_BY_NAME need the environment CTest gives them. */
 static const tu_case_t cases[] = {
   {"purge", test_purge, 0},
@@ -1395,6 +1439,7 @@ static const tu_case_t cases[] = {
   {"locked", test_locked, TU_BY_NAME},
   {"no_thp", test_no_thp, 0},
   {"exit_trim", test_exit_trim, 0},
+  {"thread_cost", test_thread_cost, 0},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
