@@ -43,8 +43,9 @@ typedef struct region_s {
    * A slab's start clears only such rows: reading a never-written row
    * would make its page resident for nothing. */
   _Atomic uint64_t remote_units;
-  /* pages' metadata on the page after the descriptors, beside pages: a
-   * region that holds a few slabs touches three pages of its header */
+  /* the chunk's page metadata, right after it on the page after the
+   * descriptors: a region that holds a few slabs touches three pages of
+   * its header (the remote bits only where other threads free) */
   _Alignas(64) uint8_t page_meta[RUN_CHUNK_META_BYTES(REGION_MAX_PAGES)];
   /* Remote frees: one bit a block, by its index in its slab, a slab's bits
    * running on over its units (slab.c) */
