@@ -1324,6 +1324,22 @@ static void test_no_thp(void)
   printf("test_memory no_thp: small and Large blocks, the main thread's and another's, on regions kept off THP: OK\n");
 }
 
+/* n threads on 64 KiB stacks (a server's many small ones) running fn, their
+ * arguments 0, 1, ...; join_threads waits for them. */
+static void start_small_threads(pthread_t *th, int n, void *(*fn)(void *))
+{
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 64 * KiB);
+  for (uintptr_t i = 0; i < (uintptr_t)n; i++) CHECK(pthread_create(&th[i], &attr, fn, (void *)i) == 0);
+  pthread_attr_destroy(&attr);
+}
+
+static void join_threads(pthread_t *th, int n)
+{
+  for (int i = 0; i < n; i++) CHECK(pthread_join(th[i], NULL) == 0);
+}
+
 static pthread_barrier_t exit_trim_all; /* every thread holds its heap at once */
 
 static void *exit_trim_thread(void *arg)
@@ -1344,13 +1360,9 @@ static void test_exit_trim(void)
   enum { N = 64 };
   size_t vm0 = tu_statm(0), rss0 = tu_rss();
   pthread_t th[N];
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 64 * KiB);
   pthread_barrier_init(&exit_trim_all, NULL, N);
-  for (uintptr_t i = 0; i < N; i++) CHECK(pthread_create(&th[i], &attr, exit_trim_thread, (void *)i) == 0);
-  for (int i = 0; i < N; i++) CHECK(pthread_join(th[i], NULL) == 0);
-  pthread_attr_destroy(&attr);
+  start_small_threads(th, N, exit_trim_thread);
+  join_threads(th, N);
   pthread_barrier_destroy(&exit_trim_all);
   size_t vm1 = tu_statm(0), rss1 = tu_rss();
   A(malloc_trim)(0);
@@ -1387,18 +1399,14 @@ static void test_thread_cost(void)
 {
   enum { N = 64 };
   pthread_t th[N];
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 64 * KiB);
   pthread_barrier_init(&thread_cost_held, NULL, N + 1);
   pthread_barrier_init(&thread_cost_done, NULL, N + 1);
   size_t rss0 = tu_rss();
-  for (int i = 0; i < N; i++) CHECK(pthread_create(&th[i], &attr, thread_cost_thread, NULL) == 0);
+  start_small_threads(th, N, thread_cost_thread);
   pthread_barrier_wait(&thread_cost_held);
   size_t per = (tu_rss() - rss0) / N;
   pthread_barrier_wait(&thread_cost_done);
-  for (int i = 0; i < N; i++) CHECK(pthread_join(th[i], NULL) == 0);
-  pthread_attr_destroy(&attr);
+  join_threads(th, N);
   pthread_barrier_destroy(&thread_cost_held);
   pthread_barrier_destroy(&thread_cost_done);
   /* the C library's stack pages and TLS, hakmem's TLS view, heap and
