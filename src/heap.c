@@ -112,7 +112,7 @@ static void view_bind(heap_t *h, bool bind) {
 }
 
 void heap_show_large(heap_t *heap, unsigned c, bool show) {
-  heap->lhot.shown = show ? heap->lhot.shown | 1u << c : heap->lhot.shown & ~(1u << c);
+  heap->lhot.shown = show ? heap->lhot.shown | (uint64_t)1 << c : heap->lhot.shown & ~((uint64_t)1 << c);
   if (heap == hak_tls_heap) view_set_large(c, show ? &heap->lhot.list[c] : &hak_slab_empty);
 }
 
@@ -1116,8 +1116,7 @@ static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align
   bool cached = cls >= 0 && __atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) >= n,
        dirty = run_heap_dirty_bytes(&h->pages) >= ((size_t)n << h->pages.page_shift);
   if (!(cached || dirty) || !hak_trylock(&h->lock)) return false;
-  /* a class it keeps none of: run_cache_pop would count a miss to its demand */
-  if ((cached && h->lcache.n[cls] != 0 && run_cache_pop(&h->lcache, (unsigned)cls, align, r)) ||
+  if ((cached && run_cache_pop_within(&h->lcache, (unsigned)cls, (unsigned)cls, align, r)) ||
       (dirty && run_alloc(&h->pages, n, align, grid, r)))
     return true;
   heap_unlock(h);

@@ -40,14 +40,14 @@ typedef struct {
  * left below cap, so that malloc's fast path takes from it as from a small
  * class's, through the view. A list's cap follows its demand, as the
  * tcache's does; a list is open once its head is set (never: NULL). */
-#define LARGE_HOT_CLASSES 24
+#define LARGE_HOT_CLASSES 56 /* a page count each, 36 KiB to 256 KiB */
 #define LARGE_HOT_DEPTH 256
 #define LARGE_HOT_DEPTH_MIN 2
 typedef struct {
   slab_t list[LARGE_HOT_CLASSES];
   uint16_t cap[LARGE_HOT_CLASSES]; /* blocks and room */
   run_demand_t demand[LARGE_HOT_CLASSES]; /* each list's cap, from LARGE_HOT_DEPTH_MIN */
-  uint32_t shown; /* bit c: list c is in the view (heap_show_large) */
+  uint64_t shown; /* bit c: list c is in the view (heap_show_large) */
   uint32_t full_skip; /* frees to turn away before the bound is counted again (large.c) */
   /* blocks put on the lists since the learner counted them, less those that
    * left other than by malloc's fast path (taken on a slow path, which
@@ -62,7 +62,7 @@ typedef struct {
   size_t unsynced; /* bytes pushed since that count */
   uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;
-_Static_assert(LARGE_HOT_CLASSES <= 32, "shown has a bit per list");
+_Static_assert(LARGE_HOT_CLASSES <= 64, "shown has a bit per list");
 
 _Static_assert(NUM_CLASSES <= 64, "gathered_classes has a bit per class");
 

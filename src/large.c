@@ -11,24 +11,29 @@
 
 #define CALLOC_LOOK_MIN ((size_t)128 * 1024) /* calloc of dirty pages: os_zero, not memset, from here */
 #define CACHE_PER_CLASS 64
-#define CACHE_MIN_BYTES ((size_t)16 << 20) /* or half the heap's live Large bytes, if more */
+#define CACHE_MIN_BYTES ((size_t)8 << 20) /* or half the heap's live Large bytes, if more */
 
-/* The cache's classes: eight per doubling from SMALL_MAX to LARGE_CLASS_MAX (the
- * hot lists' classes), then one per page count up to SMALL_MAX (the
+/* The cache's classes: one per page count from SMALL_MAX to LARGE_CLASS_MAX
+ * (the hot lists' classes), then one per page count up to SMALL_MAX (the
  * profiler's sampled small blocks). */
 #define LARGE_CLASSES LARGE_HOT_CLASSES
 _Static_assert(RUN_CACHE_CLASSES == LARGE_CLASSES + 8, "Large classes, then runs of 1 to 8 pages");
 
-/* Eight classes per doubling above SMALL_MAX: (32, 36], (36, 40], ... KiB: a
- * block's last byte falls on one of at most an eighth of its size's pages,
- * so that the runs of a class, reused, soon have those pages resident. */
-static unsigned large_class(size_t bytes) {
-  size_t x = bytes - 1;
-  unsigned k = (unsigned)(63 - __builtin_clzll(x));
-  return (k - 15) * 8 + (unsigned)((x >> (k - 3)) & 7);
-}
+/* A class per 4 KiB page count above SMALL_MAX: a block's last byte falls on
+ * its last page, which every earlier block of its class on the same run
+ * wrote too, so that reusing a run of the class touches no new page. A
+ * malloc whose class holds nothing freed takes a block up to an eighth
+ * longer (large_reach), as coarser classes would serve it. */
+static unsigned large_class(size_t bytes) { return (unsigned)((bytes - 1 - SMALL_MAX) >> 12); }
 
-static size_t class_bytes(unsigned c) { return os_page_round((size_t)(9 + c % 8) << (c / 8 + 12)); }
+static size_t class_bytes(unsigned c) { return os_page_round(SMALL_MAX + ((size_t)c + 1) * 4096); }
+
+/* The last class whose blocks serve a malloc of class c when c keeps none:
+ * those up to an eighth longer. */
+static unsigned large_reach(unsigned c) {
+  unsigned pages = (SMALL_MAX >> 12) + 1 + c, last = c + pages / 8;
+  return last < LARGE_CLASSES ? last : LARGE_CLASSES - 1;
+}
 
 /* The cache class of a run of bytes, or -1 when such runs are not cached
  * (between classes, or beyond LARGE_CLASS_MAX). */
@@ -159,7 +164,7 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
  * without the lock; the tick sends every list to the cache once per purge
  * delay, from where the blocks go back as the cache's do. Off in the
  * secure build, whose frees are all checked under the lock. */
-_Static_assert(LARGE_HOT_CLASSES == __builtin_ctzll(LARGE_CLASS_MAX / SMALL_MAX) * 8, "the classes up to LARGE_CLASS_MAX");
+_Static_assert(LARGE_HOT_CLASSES == (LARGE_CLASS_MAX - SMALL_MAX) / 4096, "the classes up to LARGE_CLASS_MAX");
 _Static_assert(LARGE_HOT_DEPTH <= UINT16_MAX && LARGE_HOT_DEPTH - LARGE_HOT_DEPTH_MIN <= UINT8_MAX, "counts fit");
 
 /* Whether list l is open (its head set at its first free) and holds a block. */
@@ -401,6 +406,32 @@ void *large_zero(void *p, size_t size) {
   return p;
 }
 
+/* The block freed last on list c, for a malloc aligned to align; NULL when
+ * the list holds none, or that one is not aligned so. */
+static void *hot_take(large_hot_t *h, unsigned c, size_t align) {
+  slab_t *l = &h->list[c];
+  if (!hot_holds(l)) return NULL;
+  block_t *b = l->free;
+  if (((uintptr_t)b & (align - 1)) != 0) return NULL; /* the last freed one only: an aligned program frees aligned ones */
+  if (unlikely(!block_take(b))) {
+    hot_broken(h, c, b);
+    hot_sync(h);
+    return NULL;
+  }
+  slab_pop_taken(l, b);
+  hot_count_off(h, c);
+  stat_alloc(STAT_ROW_LARGE, large_hot_bytes[c]);
+  return b;
+}
+
+/* The same from the first list after class c's, up to large_reach(c), that
+ * holds a block. */
+static void *hot_take_longer(large_hot_t *h, unsigned c, size_t align) {
+  for (unsigned k = c + 1, last = large_reach(c); k <= last; k++)
+    if (hot_holds(&h->list[k])) return hot_take(h, k, align);
+  return NULL;
+}
+
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   unsigned shift = os_page_log2();
   size_t bytes = block_bytes(size);
@@ -415,7 +446,15 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
     ok = bytes > LARGE_CLASS_MAX && a == 1 && held_reshape(heap, n, now, &r);
     if (!ok) held_send(heap, now, policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
   }
-  if (!ok) ok = c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, a, &r);
+  if (!ok && c >= 0) ok = run_cache_pop(&heap->lcache, (unsigned)c, a, &r);
+  if (!ok && c >= 0 && (unsigned)c < LARGE_CLASSES && heap == hak_tls_heap) { /* a longer block the owner freed */
+    void *p = hot_take_longer(&heap->lhot, (unsigned)c, a << shift);
+    if (p) {
+      heap_unlock(heap);
+      return zero ? large_zero(p, size) : p;
+    }
+    ok = run_cache_pop_within(&heap->lcache, (unsigned)c + 1, large_reach((unsigned)c), a, &r);
+  }
   uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
   heap_t *lender = ok ? NULL : heap_lend_run(heap, n, a, grid, c, &r);
@@ -440,22 +479,11 @@ void *large_alloc_hot(heap_t *heap, size_t size, size_t align) {
   if (size > LARGE_CLASS_MAX) return ((uintptr_t)h->held & (align - 1)) == 0 ? held_take(h, size) : NULL;
   unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   if (c >= LARGE_HOT_CLASSES) return NULL;
-  slab_t *l = &h->list[c];
-  if (!hot_holds(l)) {
+  if (!hot_holds(&h->list[c])) {
     run_demand_missed(&h->demand[c], LARGE_HOT_DEPTH_MIN, LARGE_HOT_DEPTH);
     return NULL;
   }
-  block_t *b = l->free;
-  if (((uintptr_t)b & (align - 1)) != 0) return NULL; /* the last freed one only: an aligned program frees aligned ones */
-  if (unlikely(!block_take(b))) {
-    hot_broken(h, c, b);
-    hot_sync(h);
-    return NULL;
-  }
-  slab_pop_taken(l, b);
-  hot_count_off(h, c);
-  stat_alloc(STAT_ROW_LARGE, large_hot_bytes[c]);
-  return b;
+  return hot_take(h, c, align);
 }
 
 /* Whether b, tagged as a listed block, is on list l: a double free. */

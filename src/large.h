@@ -15,8 +15,8 @@
 #include "policy.h"
 #include "stats.h"
 
-/* Blocks of up to LARGE_CLASS_MAX bytes come in classes, eight per
- * doubling: freed runs of a class are cached for the next block of it, and
+/* Blocks of up to LARGE_CLASS_MAX bytes come in classes, one per 4 KiB page
+ * count: freed runs of a class are cached for the next block of it, and
  * the owner keeps its freed ones on a list per class (the hot lists, up to
  * LARGE_HOT_MAX_BYTES in all) that its mallocs take without the lock. */
 #define LARGE_CLASS_MAX ((size_t)256 * 1024)

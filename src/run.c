@@ -452,17 +452,28 @@ static run_t uncache(run_cache_t *k, const run_cache_slot_t *x) {
   return r;
 }
 
-bool run_cache_pop(run_cache_t *k, unsigned cls, uint32_t align, run_t *out) {
+/* Pops class cls's last run (it keeps one) where it is aligned so. */
+static bool cache_pop_top(run_cache_t *k, unsigned cls, uint32_t align, run_t *out) {
   uint32_t n = k->n[cls];
-  if (n == 0) {
-    run_demand_missed(&k->demand[cls], RUN_CACHE_DEPTH_MIN, RUN_CACHE_DEPTH);
-    return false;
-  }
   const run_cache_slot_t *x = &k->slot[cls][n - 1];
   if (aligned_page(x->chunk, x->page, align) != x->page) return false;
   k->n[cls] = n - 1;
   *out = uncache(k, x);
   return true;
+}
+
+bool run_cache_pop(run_cache_t *k, unsigned cls, uint32_t align, run_t *out) {
+  if (k->n[cls] == 0) {
+    run_demand_missed(&k->demand[cls], RUN_CACHE_DEPTH_MIN, RUN_CACHE_DEPTH);
+    return false;
+  }
+  return cache_pop_top(k, cls, align, out);
+}
+
+bool run_cache_pop_within(run_cache_t *k, unsigned first, unsigned last, uint32_t align, run_t *out) {
+  for (unsigned cls = first; cls <= last; cls++)
+    if (k->n[cls] != 0) return cache_pop_top(k, cls, align, out);
+  return false;
 }
 
 /* Frees slot x's run, dirty since it was cached (its time from the clock's

@@ -197,7 +197,7 @@ hak_inline size_t run_dirty_bytes_of(run_t r) { return (size_t)(r.dhi - r.dlo) <
  * class is a stack of slots in the cache itself and a cached run is marked
  * in its chunk's bitmap (RUN_CACHED): pushing, popping and the double-free test read
  * no page node (a node is a cache miss a run; the bitmap's word is not). */
-#define RUN_CACHE_CLASSES 32
+#define RUN_CACHE_CLASSES 64
 #define RUN_CACHE_DEPTH 64
 
 /* How many blocks a cache's class keeps at most, following demand as a
@@ -245,6 +245,9 @@ bool run_cache_push(run_cache_t *k, unsigned cls, run_t r, uint64_t now, uint32_
  * is a multiple of align pages (a power of two); false when none is kept,
  * or that one is not aligned so. */
 bool run_cache_pop(run_cache_t *k, unsigned cls, uint32_t align, run_t *out);
+/* The same of the first class from first to last that keeps a run, with
+ * no miss counted to any class's demand. */
+bool run_cache_pop_within(run_cache_t *k, unsigned first, unsigned last, uint32_t align, run_t *out);
 /* Frees the oldest run of each class in turn until the cache holds at most
  * max_pages: a bound that shrank with the heap's live bytes. */
 void run_cache_trim(run_cache_t *k, size_t max_pages, uint64_t now);

@@ -1077,6 +1077,36 @@ static void test_regrow_huge(void)
          faults[1]);
 }
 
+/* Large blocks up to 256 KiB come in a class per page count (large.c): a
+ * freed block of a malloc's own page count serves it before a longer one
+ * freed later, so that the page its last byte falls on is resident already;
+ * with none of its own, one up to an eighth longer does. A block takes
+ * the pages its size needs, no more. */
+static void test_large_classes(void)
+{
+  enum { PAGE = 4096 };
+  char *anchor = A(malloc)(40 * PAGE), *own = A(malloc)(33 * PAGE - 100), *longer = A(malloc)(35 * PAGE - 100);
+  CHECK(anchor != NULL && own != NULL && longer != NULL);
+  CHECKF(A(malloc_usable_size)(own) == 33 * PAGE, "malloc(%d) has %zu B usable, not its 33 pages", 33 * PAGE - 100,
+         A(malloc_usable_size)(own));
+  own[0] = longer[0] = 1;
+  own[33 * PAGE - 101] = longer[35 * PAGE - 101] = 1;
+  A(free)(own);
+  A(free)(longer); /* freed last */
+  char *q = A(malloc)(33 * PAGE - 200);
+  CHECKF(q == own, "malloc(33 pages) after frees of 33 and then 35 pages came at %p, not the 33-page block %p",
+         (void *)q, (void *)own);
+  CHECKF(q == NULL || resident_pages(q + 32 * PAGE, PAGE) == 1, "the last page of the block reused was not resident");
+  char *r = tu_launder(A(malloc)(33 * PAGE - 200)); /* none of 33 pages left: the 35-page one, within an eighth */
+  CHECKF(r == longer, "malloc(33 pages) with only a 35-page block freed came at %p, not that block %p", (void *)r,
+         (void *)longer);
+  CHECK(r == NULL || r[35 * PAGE - 101] == 1);
+  A(free)(q);
+  A(free)(r);
+  A(free)(anchor);
+  printf("test_memory large_classes: a freed block of the same page count first, one an eighth longer next: OK\n");
+}
+
 /* The block above 256 KiB freed last is held (large.c): the next malloc of
  * its size, or up to a 32nd less, takes it without the lock; a shorter one
  * takes it reshaped in place (its tail freed), a longer one too where the
@@ -1438,6 +1468,7 @@ static const tu_case_t cases[] = {
   {"lend", test_lend, TU_BY_NAME},
   {"lend_running", test_lend_running, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
+  {"large_classes", test_large_classes, TU_BY_NAME},
   {"large_held", test_large_held, TU_BY_NAME},
   {"huge_held", test_huge_held, TU_BY_NAME},
   {"huge_fit", test_huge_fit, TU_BY_NAME},
