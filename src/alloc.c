@@ -347,11 +347,7 @@ hak_inline void free_inline(void *p) {
  * first class at least max(size, align) whose size is a multiple of
  * align gives aligned blocks; it always lies within one alignment of the
  * size's own class. */
-static void *alloc_aligned(size_t size, size_t align) {
-  /* every class from MIN_ALIGN up is a multiple of it, as malloc's guarantee needs */
-  if (align <= MIN_ALIGN && size <= SMALL_MAX) return alloc_inline(size < align ? align : size);
-  /* every block above the small classes starts on a page: malloc's own */
-  if (align <= os_page_size() && size > SMALL_MAX) return alloc_inline(size);
+static hak_noinline void *alloc_aligned_slow(size_t size, size_t align) {
   heap_t *heap = heap_get();
   bool sample = HAKMEM_PROFILING && (hak_tls_view.sample_left -= (int64_t)size) < 0;
   if (size <= SMALL_MAX && align <= SMALL_MAX) {
@@ -369,6 +365,15 @@ static void *alloc_aligned(size_t size, size_t align) {
      * only alignments of MIN_ALIGN) */
   }
   return alloc_slow(size, heap, align, false);
+}
+
+/* The alignments malloc's own blocks have take malloc's fast path. */
+hak_inline void *alloc_aligned(size_t size, size_t align) {
+  /* every class from MIN_ALIGN up is a multiple of it, as malloc's guarantee needs */
+  if (align <= MIN_ALIGN && size <= SMALL_MAX) return alloc_inline(size < align ? align : size);
+  /* every block above the small classes starts on a page: malloc's own */
+  if (align <= os_page_size() && size > SMALL_MAX) return alloc_inline(size);
+  return alloc_aligned_slow(size, align);
 }
 
 /* ---- the API -------------------------------------------------------------- */

@@ -92,8 +92,9 @@ hak_inline unsigned large_hot_class_of(const heap_t *heap, const void *p, unsign
   const run_chunk_t *ch = &region_of(p)->pages;
   uintptr_t off = (uintptr_t)p - (uintptr_t)ch->base; /* below base: above REGION_SIZE */
   *bytes = 0;
-  if (__atomic_load_n(&ch->heap, __ATOMIC_RELAXED) != &heap->pages || off >= REGION_SIZE ||
-      (off & (((uintptr_t)1 << shift) - 1)) != 0)
+  /* off below REGION_SIZE and a multiple of a page: one mask */
+  if (__atomic_load_n(&ch->heap, __ATOMIC_RELAXED) != &heap->pages ||
+      (off & ~((uintptr_t)REGION_SIZE - ((uintptr_t)1 << shift))) != 0)
     return LARGE_HOT_CLASSES;
   /* p at or above base and below the region's end: a page the chunk was
    * added with, whose word holds 0 or a run's length, within the table.
