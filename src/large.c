@@ -31,7 +31,7 @@ static size_t class_bytes(unsigned c) { return os_page_round(SMALL_MAX + ((size_
 /* The last class whose blocks serve a malloc of class c when c keeps none:
  * those up to an eighth longer. */
 static unsigned large_reach(unsigned c) {
-  unsigned pages = (SMALL_MAX >> 12) + 1 + c, last = c + pages / 8;
+  unsigned last = c + (unsigned)(class_bytes(c) / 8 / 4096);
   return last < LARGE_CLASSES ? last : LARGE_CLASSES - 1;
 }
 

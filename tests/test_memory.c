@@ -109,6 +109,9 @@
  *            and asked again, on the same page, its first page resident (no
  *            fault), so a program that writes only the heads of its big
  *            blocks keeps few pages.
+ *   large_classes  a malloc of 33 pages takes the freed 33-page block, not
+ *            the 35-page one freed after it, its last page resident; with
+ *            no 33-page block left, the 35-page one (an eighth longer).
  *   regrow_huge  a buffer grown by half again to 64 MiB with realloc,
  *            freed and grown again: the second growth faults under a
  *            tenth of its pages (it grew in its arena, whose pages the
@@ -142,7 +145,7 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, lend, lend_running, large_grid, calloc, huge_fit, regrow_huge,
+ *        arena, arena_grow, lend, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
  *        locked, no_thp, exit_trim, thread_cost)
  */
 #include "testutil.h"
