@@ -34,7 +34,7 @@ uint8_t heap_large_view_class[VIEW_LARGE_MAX / 4096 + 1];
 bool heap_large_view_ok;
 
 static hak_lock_t heaps_lock;
-static heap_t *abandoned;         /* under heaps_lock */
+static heap_t *abandoned;         /* under heaps_lock; stored atomically, for heap_lend_run's look */
 static heap_t *_Atomic all_heaps; /* append-only */
 static _Atomic unsigned heaps_running;
 static char *meta_next, *meta_end; /* under heaps_lock */
@@ -938,7 +938,7 @@ static heap_t *heap_new(void) {
 heap_t *heap_init_thread(void) {
   hak_lock(&heaps_lock);
   heap_t *h = abandoned;
-  if (h) abandoned = h->next_abandoned;
+  if (h) __atomic_store_n(&abandoned, h->next_abandoned, __ATOMIC_RELAXED);
   hak_unlock(&heaps_lock);
   if (h) {
     h->next_abandoned = NULL;
@@ -1070,7 +1070,7 @@ static void heap_abandon(heap_t *heap) {
   atomic_store_explicit(&heap->active_ms, 0, memory_order_relaxed); /* idle: remote wipes return pages at once */
   hak_lock(&heaps_lock);
   heap->next_abandoned = abandoned;
-  abandoned = heap;
+  __atomic_store_n(&abandoned, heap, __ATOMIC_RELAXED);
   hak_unlock(&heaps_lock);
 }
 
@@ -1111,37 +1111,40 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay) {
 
 /* Whether h lends the run, a freed run of class cls that its cache keeps
  * or resident free pages: locked then, and only then. */
-static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, run_t *r) {
+static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, bool resident,
+                       run_t *r) {
   if (h == self) return false;
   bool cached = cls >= 0 && __atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) >= n,
        dirty = run_heap_dirty_bytes(&h->pages) >= ((size_t)n << h->pages.page_shift);
   if (!(cached || dirty) || !hak_trylock(&h->lock)) return false;
   if ((cached && run_cache_pop_within(&h->lcache, (unsigned)cls, (unsigned)cls, align, r)) ||
-      (dirty && run_alloc(&h->pages, n, align, grid, r)))
+      (dirty && (resident ? run_alloc_resident : run_alloc)(&h->pages, n, align, grid, r)))
     return true;
   heap_unlock(h);
   return false;
 }
 
-/* Heaps whose thread runs lend too, after the abandoned ones: where more
- * threads run than there are processors, other threads' frees give a
- * waiting thread's heap the pages that the running ones need. At most
- * LEND_LOOK of them are looked at, newest first, so that the look costs no
- * more as threads come. */
+/* Heaps whose thread runs lend too, after the abandoned ones, where the
+ * caller has no free run: where more threads run than there are
+ * processors, other threads' frees give a waiting thread's heap the pages
+ * that the running ones need. At most LEND_LOOK heaps of each kind are
+ * looked at, newest first, so that the look costs no more as threads come. */
 #define LEND_LOOK 64
 
 /* Only trylocks: the caller holds its own heap's lock, and heap_fork_lock
  * takes heaps_lock before the heaps' locks. */
-heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, run_t *r) {
+heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, bool resident, run_t *r) {
   heap_t *lender = NULL;
-  if (hak_trylock(&heaps_lock)) {
-    for (heap_t *h = abandoned; h && !lender; h = h->next_abandoned)
-      if (heap_lends(h, self, n, align, grid, cls, r)) lender = h;
+  unsigned looked = 0;
+  /* read without the lock: none to look at is the common case */
+  if (__atomic_load_n(&abandoned, __ATOMIC_RELAXED) != NULL && hak_trylock(&heaps_lock)) {
+    for (heap_t *h = abandoned; h && !lender && looked < LEND_LOOK; h = h->next_abandoned, looked++)
+      if (heap_lends(h, self, n, align, grid, cls, resident, r)) lender = h;
     hak_unlock(&heaps_lock);
   }
-  unsigned looked = 0; /* active_ms 0: abandoned, looked at above */
-  for (heap_t *h = heap_all(); h && !lender && looked < LEND_LOOK; h = h->next_all, looked++)
-    if (atomic_load_explicit(&h->active_ms, memory_order_relaxed) != 0 && heap_lends(h, self, n, align, grid, cls, r))
+  looked = 0; /* active_ms 0: abandoned, looked at above */
+  for (heap_t *h = heap_all(); h && !lender && !resident && looked < LEND_LOOK; h = h->next_all, looked++)
+    if (atomic_load_explicit(&h->active_ms, memory_order_relaxed) != 0 && heap_lends(h, self, n, align, grid, cls, false, r))
       lender = h;
   return lender;
 }

@@ -48,6 +48,7 @@ typedef struct {
   uint16_t cap[LARGE_HOT_CLASSES]; /* blocks and room */
   run_demand_t demand[LARGE_HOT_CLASSES]; /* each list's cap, from LARGE_HOT_DEPTH_MIN */
   uint64_t shown; /* bit c: list c is in the view (heap_show_large) */
+  uint64_t open;  /* bit c: list c is open (large.c's hot_open): the lists a count or a drain reads */
   uint32_t full_skip; /* frees to turn away before the bound is counted again (large.c) */
   /* blocks put on the lists since the learner counted them, less those that
    * left other than by malloc's fast path (taken on a slow path, which
@@ -334,9 +335,12 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay);
  * self, taken from another heap, an abandoned one's first: a run of cache
  * class cls (-1: none) that its cache keeps, or its dirty free pages. A
  * thread takes the pages that threads which exited or wait left, instead
- * of mapping more, as a shared page heap would give them. Returns that
- * heap, its lock held (the block is its: its free goes there), or NULL. */
-heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, run_t *r);
+ * of mapping more, as a shared page heap would give them. resident: self
+ * holds a free run of clean pages; only an abandoned heap's resident pages
+ * do better (a running heap keeps its own for its next blocks). Returns
+ * that heap, its lock held (the block is its: its free goes there), or
+ * NULL. */
+heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, bool resident, run_t *r);
 
 /* Hands the calling thread's heap back now, as thread exit does. */
 void heap_thread_done(void);

@@ -165,6 +165,7 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
  * delay, from where the blocks go back as the cache's do. Off in the
  * secure build, whose frees are all checked under the lock. */
 _Static_assert(LARGE_HOT_CLASSES == (LARGE_CLASS_MAX - SMALL_MAX) / 4096, "the classes up to LARGE_CLASS_MAX");
+_Static_assert(LARGE_HOT_CLASSES <= 64, "a bit per list in lhot.open");
 _Static_assert(LARGE_HOT_DEPTH <= UINT16_MAX && LARGE_HOT_DEPTH - LARGE_HOT_DEPTH_MIN <= UINT8_MAX, "counts fit");
 
 /* Whether list l is open (its head set at its first free) and holds a block. */
@@ -247,7 +248,10 @@ static size_t held_bytes(const large_hot_block_t *b) {
  * into h->unsynced. */
 static void hot_sync(large_hot_t *h) {
   size_t sum = h->held ? held_bytes(h->held) : 0;
-  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) sum += (size_t)hot_n(h, c) * large_hot_bytes[c];
+  for (uint64_t m = h->open; m; m &= m - 1) {
+    unsigned c = (unsigned)__builtin_ctzll(m);
+    sum += (size_t)hot_n(h, c) * large_hot_bytes[c];
+  }
   __atomic_store_n(&h->bytes, sum, __ATOMIC_RELAXED);
   h->pushed_bytes += (int64_t)h->unsynced;
   h->unsynced = 0;
@@ -255,7 +259,7 @@ static void hot_sync(large_hot_t *h) {
 
 /* Whether bytes more fit the lists' bound, counted afresh when the count
  * kept says no; lists found full turn the next HOT_FULL_SKIP frees away
- * without counting (each count reads every list's head). */
+ * without counting (each count reads every open list's head). */
 #define HOT_FULL_SKIP 16
 static bool hot_fits(large_hot_t *h, size_t bytes) {
   if (large_hot_fits_counted(h, bytes)) return true;
@@ -346,7 +350,8 @@ static void held_send(heap_t *heap, uint64_t now, long delay) {
 /* No room left on any list: purging at once, every free goes to the
  * locked path. */
 static void hot_close(large_hot_t *h) {
-  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) {
+  for (uint64_t m = h->open; m; m &= m - 1) {
+    unsigned c = (unsigned)__builtin_ctzll(m);
     h->cap[c] = (uint16_t)hot_n(h, c);
     h->list[c].used = 0;
   }
@@ -369,7 +374,7 @@ static void hot_drain(heap_t *heap, uint64_t now) {
   if (heap->lhot.bytes == 0) return;
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   heap_lock(heap);
-  for (unsigned c = 0; c < LARGE_HOT_CLASSES; c++) hot_send(heap, c, freed, delay);
+  for (uint64_t m = heap->lhot.open; m; m &= m - 1) hot_send(heap, (unsigned)__builtin_ctzll(m), freed, delay);
   held_send(heap, freed, delay);
   heap_unlock(heap);
   hot_sync(&heap->lhot);
@@ -457,7 +462,13 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   }
   uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
   if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
-  heap_t *lender = ok ? NULL : heap_lend_run(heap, n, a, grid, c, &r);
+  heap_t *lender = NULL;
+  if (!ok || !r.dirty) { /* pages to fault in: another heap's resident ones first */
+    run_t lent;
+    lender = heap_lend_run(heap, n, a, grid, c, ok, &lent);
+    if (lender && ok) run_free(r, false, os_now_ms()); /* clean, as taken */
+    if (lender) r = lent;
+  }
   if (lender) { /* the block is the lender's: its free goes back there */
     live_add(lender, 0, run_bytes(r));
     heap_unlock(lender);
@@ -499,6 +510,7 @@ static void hot_open(heap_t *heap, unsigned c) {
   slab_t *l = &heap->lhot.list[c];
   l->free = slab_end(l);
   l->used = heap->lhot.cap[c] = 0;
+  heap->lhot.open |= (uint64_t)1 << c;
   if (heap_large_view_ok && !hak_stats_enabled) heap_show_large(heap, c, true);
 }
 

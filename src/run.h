@@ -148,6 +148,9 @@ void run_chunk_remove(run_chunk_t *c);
  * wrote, not in the middle of a freed block, never written (with
  * grid_probe: only where the pages it skips are not resident). */
 bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out);
+/* run_alloc where the run it finds holds resident pages (it is dirty):
+ * false otherwise, nothing taken. */
+bool run_alloc_resident(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out);
 /* Frees allocated run r (whole); dirty: its pages may be resident. Returns
  * whether the chunk now holds no allocated run. */
 bool run_free(run_t r, bool dirty, uint64_t now);

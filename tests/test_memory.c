@@ -98,6 +98,9 @@
  *            the exited thread's heap holds free (resident), so writing them
  *            faults under a quarter of them, where pages of its own would
  *            fault each (HAKMEM_LEARN=0, HAKMEM_PURGE_DELAY_MS=10000).
+ *   lend_clean  the same where the main thread's heap holds free pages of
+ *            its own, purged (malloc_trim): it takes the exited thread's
+ *            resident ones before its clean ones.
  *   lend_running  a thread writes 8 MiB of 128 KiB blocks, hands them to
  *            the main thread and waits, alive; the main thread frees them
  *            (into the waiting thread's heap) and writes as many: that heap
@@ -145,7 +148,7 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, lend, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
+ *        arena, arena_grow, lend, lend_clean, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
  *        locked, no_thp, exit_trim, thread_cost)
  */
 #include "testutil.h"
@@ -970,6 +973,22 @@ static void *lend_body_waiting(void *arg)
   return arg;
 }
 
+static void test_lend_clean(void)
+{
+  void *b[LEND_BLOCKS];
+  for (int i = 0; i < LEND_BLOCKS; i++) CHECK((b[i] = A(malloc)(LEND_SIZE)) != NULL);
+  lend_free(b);
+  CHECK(A(malloc_trim)(0) == 1); /* the main thread's heap keeps 8 MiB of free pages, none resident */
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, lend_body, NULL) == 0);
+  CHECK(pthread_join(th, NULL) == 0);
+  long faults = lend_write(b, 2);
+  lend_free(b);
+  CHECKF(faults * 4 < LEND_PAGES, "%ld page faults writing %ld pages beside an exited thread's free ones", faults,
+         LEND_PAGES);
+  printf("test_memory lend_clean: %ld page faults writing 8 MiB, its heap's own free pages purged: OK\n", faults);
+}
+
 static void test_lend_running(void)
 {
   void *own = A(malloc)(64), *b[LEND_BLOCKS];
@@ -1469,6 +1488,7 @@ static const tu_case_t cases[] = {
   {"arena", test_arena, TU_BY_NAME},
   {"arena_grow", test_arena_grow, TU_BY_NAME},
   {"lend", test_lend, TU_BY_NAME},
+  {"lend_clean", test_lend_clean, TU_BY_NAME},
   {"lend_running", test_lend_running, TU_BY_NAME},
   {"large_grid", test_large_grid, TU_BY_NAME},
   {"large_classes", test_large_classes, TU_BY_NAME},
