@@ -298,8 +298,13 @@ static bool skips_resident(const run_chunk_t *c, uint32_t lo) {
   return resident;
 }
 
-/* run_alloc's placement of n pages in free run x. */
-static void alloc_in(run_node_t *x, uint32_t n, uint32_t align, uint32_t grid, run_t *out) {
+/* run_alloc and run_alloc_resident: the latter only where the free run
+ * found is dirty. */
+static bool alloc_found(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, bool resident, run_t *out) {
+  hak_assert(n >= 1 && is_pow2(align) && is_pow2(grid));
+  if (resident && h->dirty_head == NULL) return false;
+  run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
+  if (x == NULL || (resident && x->dirty_ms == 0)) return false;
   run_chunk_t *c = x->chunk;
   uint32_t s = x->page, m = c->pg[s].len, lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
@@ -328,23 +333,15 @@ static void alloc_in(run_node_t *x, uint32_t n, uint32_t align, uint32_t grid, r
   set_live(c, at, n);
   c->used += n;
   *out = (run_t){.chunk = c, .page = at, .pages = n, .dirty = t && MAX(lo, at) < MIN(hi, at + n)};
+  return true;
 }
 
 bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out) {
-  hak_assert(n >= 1 && is_pow2(align) && is_pow2(grid));
-  run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
-  if (x == NULL) return false;
-  alloc_in(x, n, align, grid, out);
-  return true;
+  return alloc_found(h, n, align, grid, false, out);
 }
 
 bool run_alloc_resident(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out) {
-  hak_assert(n >= 1 && is_pow2(align) && is_pow2(grid));
-  if (h->dirty_head == NULL) return false;
-  run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
-  if (x == NULL || x->dirty_ms == 0) return false;
-  alloc_in(x, n, align, grid, out);
-  return true;
+  return alloc_found(h, n, align, grid, true, out);
 }
 
 /* A freed run merges with its free neighbours; the dirty stretch of the run
