@@ -923,7 +923,7 @@ static heap_t *heap_new(void) {
   }
   heap_t *h = (heap_t *)meta_next;
   meta_next += need;
-  __builtin_memcpy(h, &hak_heap_empty, offsetof(heap_t, lhot)); /* the caches: zero, as mapped */
+  __builtin_memcpy(h, &hak_heap_empty, offsetof(heap_t, tc)); /* the caches: zero, as mapped */
   slab_set_list(&h->empty, NULL);
   run_heap_init(&h->pages, (unsigned)__builtin_ctzl(os_page_size()));
   static uint32_t made;

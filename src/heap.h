@@ -113,8 +113,16 @@ struct heap_s {
   /* the view of a class with no block at hand: its own, so that the fast
    * path's test (which writes the word it reads) stays in this heap */
   slab_t empty;
+  uint64_t tc_refilled; /* bit cls: its tcache was refilled since it last filled up */
+  uint16_t tc_batch[NUM_CLASSES]; /* blocks the class's next refill takes (heap.c) */
+  uint32_t carved;      /* blocks heap_find_slab carved onto the list it found, in address order (0: none) */
   /* last: heap_new leaves them as fresh memory (zero), so that only the
-   * classes a program frees into are ever touched */
+   * classes a program frees into are ever touched; the tcaches first, on
+   * the pages the fields above end on */
+  /* the owner's tcache: a list per class of the blocks it freed last,
+   * whichever slab they lie in, which its mallocs take first (heap.c);
+   * zero until the class's first slab */
+  slab_t tc[NUM_CLASSES];
   large_hot_t lhot;   /* the owner's, without the lock (large.c) */
   /* the huge block the thread freed last, held for its next huge malloc:
    * its address | its units, 0 for none; any thread's purge round may take
@@ -123,13 +131,6 @@ struct heap_s {
   uintptr_t huge_seen;   /* huge_held as a purge round last saw it (relaxed atomics) */
   uint64_t huge_seen_ms; /* and when */
   int64_t huge_live;     /* bytes of huge blocks its threads allocated, less those they freed (huge.c) */
-  /* the owner's tcache: a list per class of the blocks it freed last,
-   * whichever slab they lie in, which its mallocs take first (heap.c);
-   * zero until the class's first slab */
-  slab_t tc[NUM_CLASSES];
-  uint64_t tc_refilled; /* bit cls: its tcache was refilled since it last filled up */
-  uint16_t tc_batch[NUM_CLASSES]; /* blocks the class's next refill takes (heap.c) */
-  uint32_t carved;      /* blocks heap_find_slab carved onto the list it found, in address order (0: none) */
   run_cache_t lcache; /* under lock: Large blocks freed last, by class (large.c) */
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(heap_t, tc) + sizeof(slab_t) * NUM_CLASSES <= UINT16_MAX, "a slab's tc_off reaches its tcache");
