@@ -658,11 +658,11 @@ static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint3
   if (sent) *sent = n;
   /* runs of blocks of one slab (freed in the order they were allocated)
    * go onto its list as they are linked */
-  for (block_t *x = first; n;) {
-    slab_t *xs = slab_of(x);
+  slab_t *xs = n ? slab_of(first) : NULL, *ns = NULL;
+  for (block_t *x = first; n; xs = ns) {
     block_t *tail = x, *next = x->next;
     uint32_t k = 1;
-    for (n--; n && slab_of(next) == xs; n--, k++) {
+    for (n--; n && (ns = slab_of(next)) == xs; n--, k++) {
       block_link(xs, tail, next);
       tail = next;
       next = next->next;
