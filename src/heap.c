@@ -676,8 +676,15 @@ static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint3
 /* Full c sends the TC_SEND_RECENT blocks freed before its last to their
  * slabs while they are still in the cache (an older half, sent instead, is
  * walked again out of cache) and keeps the last for the next malloc: a run
- * of frees calls here once in TC_SEND_RECENT frees, not at each. */
+ * of frees calls here once in TC_SEND_RECENT frees, not at each. The
+ * tcache keeps the rest for the mallocs after the run; a run longer than
+ * the tcache (a teardown, not a batch the next mallocs take back) sends
+ * those home too and goes on with room for TC_RUN_CAP, so that the slabs
+ * it empties go back whole, not held by a block left in the tcache. The
+ * refill that finds the tcache empty ends the run. */
 #define TC_SEND_RECENT 8
+#define TC_RUN_CAP (2 * TC_SEND_RECENT)
+_Static_assert(TC_GROW_MAX + TC_SEND_RECENT <= UINT16_MAX, "tc_run_cap and tc_run_frees fit");
 static void tc_send_recent(heap_t *heap, slab_t *c) {
   block_t *b = c->free;
   uint32_t sent;
@@ -701,6 +708,18 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   }
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
+  if (!(heap->tc_run & bit)) {
+    heap->tc_run |= bit;
+    heap->tc_run_cap[c->cls] = (uint16_t)c->capacity;
+    heap->tc_run_frees[c->cls] = 0;
+  } else if (c->capacity > TC_RUN_CAP && (heap->tc_run_frees[c->cls] += TC_SEND_RECENT) >= heap->tc_run_cap[c->cls]) {
+    block_t *b = c->free, *rest = block_link_of(c, b);
+    block_link(c, b, slab_end(c));
+    c->capacity = TC_RUN_CAP;
+    c->used = TC_RUN_CAP - 1;
+    tc_send(heap, c, rest, UINT32_MAX, NULL);
+    return;
+  }
   tc_send_recent(heap, c);
 }
 
@@ -710,6 +729,7 @@ static void tc_reset(heap_t *heap, unsigned cls) {
   slab_set_list(c, NULL);
   c->capacity = c->used = tc_limit(cls);
   heap->tc_batch[cls] = 0;
+  heap->tc_run &= ~(UINT64_C(1) << cls);
 }
 
 /* Every block of the tcache of cls goes back to its slab. */
@@ -783,6 +803,10 @@ static void *heap_tc_alloc(heap_t *heap, unsigned cls) {
       return NULL;
     }
     b = s->free;
+    if (heap->tc_run >> cls & 1) { /* the run of frees is over */
+      heap->tc_run &= ~(UINT64_C(1) << cls);
+      c->capacity = heap->tc_run_cap[cls];
+    }
     uint32_t want = MIN(MAX(heap->tc_batch[cls], TC_BATCH_MIN), c->capacity / 2);
     heap->tc_batch[cls] = (uint16_t)MIN(want * 2, c->capacity / 2);
     c->used = c->capacity - list_cut(s, c, want, heap->carved, &(block_t *){NULL});

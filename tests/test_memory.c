@@ -136,6 +136,11 @@
  *   thread_cost  64 threads each hold one 64-byte block at once: under 56
  *            KiB resident a thread (the C library's stack pages and TLS,
  *            hakmem's TLS view, heap, region header and the block's page).
+ *   teardown  200,000 blocks of 48 B freed in a random order, then as
+ *            many allocated again: most of them come back in address order,
+ *            each right after the last (slabs the teardown emptied went back
+ *            whole and are carved afresh), not in the order of the frees
+ *            (slabs held by blocks left in the tcache, their lists shuffled).
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, and a thread's) are advised off transparent huge pages
  *            (VmFlags "nh" in /proc/self/smaps): where THP is "always", a
@@ -149,7 +154,7 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_clean, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
- *        locked, no_thp, exit_trim, thread_cost)
+ *        locked, no_thp, exit_trim, thread_cost, teardown)
  */
 #include "testutil.h"
 
@@ -1447,6 +1452,35 @@ static void *thread_cost_thread(void *arg)
   return NULL;
 }
 
+static void test_teardown(void)
+{
+  enum { N = 200000, SIZE = 48 };
+  char **p = mmap(NULL, N * sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED);
+  if (p == MAP_FAILED) return;
+  for (size_t i = 0; i < N; i++) CHECK((p[i] = tu_launder(A(malloc)(SIZE))) != NULL);
+  uint64_t rng = 1;
+  for (size_t i = N - 1; i > 0; i--) {
+    rng = rng * 6364136223846793005u + 1442695040888963407u;
+    size_t j = (size_t)(rng >> 33) % (i + 1);
+    char *t = p[i];
+    p[i] = p[j];
+    p[j] = t;
+  }
+  for (size_t i = 0; i < N; i++) A(free)(p[i]);
+  size_t next = 0;
+  for (size_t i = 0; i < N; i++) {
+    CHECK((p[i] = tu_launder(A(malloc)(SIZE))) != NULL);
+    next += i > 0 && p[i] > p[i - 1] && p[i] - p[i - 1] <= 64;
+  }
+  CHECKF(next * 4 >= N * 3, "after a teardown in random order, %zu of %d blocks came right after the one before",
+         next, N);
+  for (size_t i = 0; i < N; i++) A(free)(p[i]);
+  munmap(p, N * sizeof *p);
+  printf("test_memory teardown: %zu of %d blocks allocated after a random-order teardown came in address order: OK\n",
+         next, N);
+}
+
 static void test_thread_cost(void)
 {
   enum { N = 64 };
@@ -1502,6 +1536,7 @@ static const tu_case_t cases[] = {
   {"no_thp", test_no_thp, 0},
   {"exit_trim", test_exit_trim, 0},
   {"thread_cost", test_thread_cost, 0},
+  {"teardown", test_teardown, 0},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
