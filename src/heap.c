@@ -712,7 +712,8 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
     heap->tc_run |= bit;
     heap->tc_run_cap[c->cls] = (uint16_t)c->capacity;
     heap->tc_run_frees[c->cls] = 0;
-  } else if (c->capacity > TC_RUN_CAP && (heap->tc_run_frees[c->cls] += TC_SEND_RECENT) >= heap->tc_run_cap[c->cls]) {
+  } else if (c->capacity > TC_RUN_CAP &&
+             (heap->tc_run_frees[c->cls] += TC_SEND_RECENT) >= heap->tc_run_cap[c->cls]) { /* a teardown */
     block_t *b = c->free, *rest = block_link_of(c, b);
     block_link(c, b, slab_end(c));
     c->capacity = TC_RUN_CAP;

@@ -119,12 +119,11 @@ struct heap_s {
   uint16_t tc_run_cap[NUM_CLASSES];   /* and its capacity when the run began */
   uint16_t tc_run_frees[NUM_CLASSES]; /* and about how many frees the run has sent home */
   uint32_t carved;      /* blocks heap_find_slab carved onto the list it found, in address order (0: none) */
-  /* last: heap_new leaves them as fresh memory (zero), so that only the
-   * classes a program frees into are ever touched; the tcaches first, on
-   * the pages the fields above end on */
-  /* the owner's tcache: a list per class of the blocks it freed last,
-   * whichever slab they lie in, which its mallocs take first (heap.c);
-   * zero until the class's first slab */
+  /* From here on heap_new leaves the fields as fresh memory (zero), so
+   * that only the classes a program frees into are ever touched. First
+   * the owner's tcache, on the pages the fields above end on: a list per
+   * class of the blocks it freed last, whichever slab they lie in, which
+   * its mallocs take first (heap.c); zero until the class's first slab. */
   slab_t tc[NUM_CLASSES];
   large_hot_t lhot;   /* the owner's, without the lock (large.c) */
   /* the huge block the thread freed last, held for its next huge malloc:
