@@ -708,8 +708,7 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   }
   heap->tc_refilled &= ~bit;
   heap->tc_batch[c->cls] /= 2;
-  if (!(heap->tc_run & bit)) {
-    heap->tc_run |= bit;
+  if (heap->tc_run_cap[c->cls] == 0) { /* a capacity is at least TC_MIN */
     heap->tc_run_cap[c->cls] = (uint16_t)c->capacity;
     heap->tc_run_frees[c->cls] = 0;
   } else if (c->capacity > TC_RUN_CAP &&
@@ -730,7 +729,7 @@ static void tc_reset(heap_t *heap, unsigned cls) {
   slab_set_list(c, NULL);
   c->capacity = c->used = tc_limit(cls);
   heap->tc_batch[cls] = 0;
-  heap->tc_run &= ~(UINT64_C(1) << cls);
+  heap->tc_run_cap[cls] = 0;
 }
 
 /* Every block of the tcache of cls goes back to its slab. */
@@ -804,9 +803,9 @@ static void *heap_tc_alloc(heap_t *heap, unsigned cls) {
       return NULL;
     }
     b = s->free;
-    if (heap->tc_run >> cls & 1) { /* the run of frees is over */
-      heap->tc_run &= ~(UINT64_C(1) << cls);
+    if (heap->tc_run_cap[cls] != 0) { /* the run of frees is over */
       c->capacity = heap->tc_run_cap[cls];
+      heap->tc_run_cap[cls] = 0;
     }
     uint32_t want = MIN(MAX(heap->tc_batch[cls], TC_BATCH_MIN), c->capacity / 2);
     heap->tc_batch[cls] = (uint16_t)MIN(want * 2, c->capacity / 2);

@@ -115,8 +115,7 @@ struct heap_s {
   slab_t empty;
   uint64_t tc_refilled; /* bit cls: its tcache was refilled since it last filled up */
   uint16_t tc_batch[NUM_CLASSES]; /* blocks the class's next refill takes (heap.c) */
-  uint64_t tc_run;                    /* bit cls: its tcache is in a run of frees (heap.c) */
-  uint16_t tc_run_cap[NUM_CLASSES];   /* and its capacity when the run began */
+  uint16_t tc_run_cap[NUM_CLASSES];   /* a tcache's capacity when its run of frees began; 0: in none (heap.c) */
   uint16_t tc_run_frees[NUM_CLASSES]; /* and about how many frees the run has sent home */
   uint32_t carved;      /* blocks heap_find_slab carved onto the list it found, in address order (0: none) */
   /* From here on heap_new leaves the fields as fresh memory (zero), so
