@@ -677,13 +677,15 @@ static block_t *tc_send(heap_t *heap, slab_t *c, block_t *b, uint32_t max, uint3
  * slabs while they are still in the cache (an older half, sent instead, is
  * walked again out of cache) and keeps the last for the next malloc: a run
  * of frees calls here once in TC_SEND_RECENT frees, not at each. The
- * tcache keeps the rest for the mallocs after the run; a run longer than
+ * tcache keeps the rest for the mallocs after the run. A run longer than
  * the tcache (a teardown, not a batch the next mallocs take back) sends
- * those home too and goes on with room for TC_RUN_CAP, so that the slabs
- * it empties go back whole, not held by a block left in the tcache. The
- * refill that finds the tcache empty ends the run. */
+ * those home too, so that the slabs it empties go back whole, and goes on
+ * with a capacity of 1: the next free into each slab comes here and points
+ * the slab's frees at its own list (tc_give_last). The refill that finds
+ * the tcache empty ends the run; a slab goes back to the tcache when it is
+ * next made current. */
 #define TC_SEND_RECENT 8
-#define TC_RUN_CAP (2 * TC_SEND_RECENT)
+#define TC_RUN_DIRECT 1
 _Static_assert(TC_GROW_MAX + TC_SEND_RECENT <= UINT16_MAX, "tc_run_cap and tc_run_frees fit");
 static void tc_send_recent(heap_t *heap, slab_t *c) {
   block_t *b = c->free;
@@ -693,9 +695,28 @@ static void tc_send_recent(heap_t *heap, slab_t *c) {
   c->used = rest == slab_end(c) ? c->capacity - 1 : c->used + sent;
 }
 
+/* In a teardown, c's one block, freed into slab s, goes onto s's list, and
+ * s's next frees go there straight from the fast path. The block is not
+ * read: its line, just written by free, may still be on its way, and a
+ * read waits for that write. Each free a call costs several stores more
+ * than the push alone, and in a teardown whose blocks are out of cache
+ * the stores behind each free's missing line are what it waits on
+ * (docs/experiments.md, stop 84). */
+static void tc_give_last(heap_t *heap, slab_t *c, slab_t *s) {
+  block_t *b = c->free;
+  slab_set_list(c, NULL);
+  c->used = TC_RUN_DIRECT;
+  slab_point(s, s);
+  slab_give(heap, s, b, b, 1);
+}
+
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
-  if (c == s) { /* the slab's own list */
-    heap_slab_empty(heap, s);
+  if (c == unit_head(s)) { /* the slab's own list */
+    heap_slab_empty(heap, c);
+    return;
+  }
+  if (c->capacity == TC_RUN_DIRECT) {
+    tc_give_last(heap, c, unit_head(s));
     return;
   }
   uint64_t bit = UINT64_C(1) << c->cls;
@@ -711,13 +732,11 @@ void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s) {
   if (heap->tc_run_cap[c->cls] == 0) { /* a capacity is at least TC_MIN */
     heap->tc_run_cap[c->cls] = (uint16_t)c->capacity;
     heap->tc_run_frees[c->cls] = 0;
-  } else if (c->capacity > TC_RUN_CAP &&
-             (heap->tc_run_frees[c->cls] += TC_SEND_RECENT) >= heap->tc_run_cap[c->cls]) { /* a teardown */
-    block_t *b = c->free, *rest = block_link_of(c, b);
-    block_link(c, b, slab_end(c));
-    c->capacity = TC_RUN_CAP;
-    c->used = TC_RUN_CAP - 1;
-    tc_send(heap, c, rest, UINT32_MAX, NULL);
+  } else if ((heap->tc_run_frees[c->cls] += TC_SEND_RECENT) >= heap->tc_run_cap[c->cls]) { /* a teardown */
+    block_t *b = c->free;
+    slab_set_list(c, NULL);
+    c->capacity = c->used = TC_RUN_DIRECT;
+    tc_send(heap, c, b, UINT32_MAX, NULL);
     return;
   }
   tc_send_recent(heap, c);
@@ -747,7 +766,7 @@ static slab_t *heap_slab_new(heap_t *heap, unsigned cls) {
   if (s == NULL) return NULL;
   if (!dirty) atomic_fetch_add_explicit(&heap_fresh_slab_bytes, (size_t)s->units * UNIT_SIZE, memory_order_relaxed);
   slab_init(s, heap, hak_stats_enabled ? SLAB_F_SLOW : 0, cls, !dirty);
-  s->tc_off = (uint16_t)(offsetof(heap_t, tc) + cls * sizeof(slab_t));
+  s->tc = &heap->tc[cls];
   slab_mirror(s);
   slab_t *c = &heap->tc[cls];
   if (c->free == NULL) { /* the class's first slab: its tcache starts empty */
@@ -781,6 +800,7 @@ static slab_t *heap_find_slab(heap_t *heap, unsigned cls) {
   }
   if (s == NULL && (s = heap_slab_new(heap, cls)) == NULL) return NULL;
   s->used++; /* the current slab's extra use: it never empties on the fast path */
+  if (s->tc != &heap->tc[cls]) slab_point(s, &heap->tc[cls]); /* a teardown pointed it at itself */
   __atomic_store_n(&heap->cur[cls], s, __ATOMIC_RELAXED);
   return heap_slab_ready(heap, s) ? s : NULL;
 }

@@ -35,7 +35,7 @@ typedef struct {
 /* The Large blocks of the classes up to 256 KiB that the owner freed last,
  * a list per class through the blocks themselves that only the owner
  * touches, without the lock: still allocated runs to every other thread
- * (large.c). Each list has a tcache's shape (heap_tc_of): a free bit in
+ * (large.c). Each list has a tcache's shape (heap_free_local): a free bit in
  * every link, its end at its head's own address, and used counting the room
  * left below cap, so that malloc's fast path takes from it as from a small
  * class's, through the view. A list's cap follows its demand, as the
@@ -134,7 +134,6 @@ struct heap_s {
   int64_t huge_live;     /* bytes of huge blocks its threads allocated, less those they freed (huge.c) */
   run_cache_t lcache; /* under lock: Large blocks freed last, by class (large.c) */
 } __attribute__((aligned(64)));
-_Static_assert(offsetof(heap_t, tc) + sizeof(slab_t) * NUM_CLASSES <= UINT16_MAX, "a slab's tc_off reaches its tcache");
 
 /* "No slab": the current slab of a class that has none, and the views of
  * hak_heap_empty, the heap of a thread that has not allocated yet. */
@@ -208,35 +207,33 @@ void heap_slab_unfull(heap_t *heap, slab_t *s);
  * holds it; its blocks count as used in their slabs. A full one doubles
  * (after a refill) or sends the blocks freed just before the last to their
  * slabs (heap_tc_full); an empty one takes a batch from the current slab.
- * The secure build, whose links are keyed per slab, has none: its frees go
- * onto the slab's own list, as c = s. */
-hak_inline slab_t *heap_tc_of(heap_t *heap, slab_t *s) {
-  return HAKMEM_SECURE ? s : (slab_t *)((char *)heap + s->tc_off);
-}
-/* c, the list the free of a block of s went onto, reached its limit (c = s:
- * s emptied). */
+ * A slab points free at its list: its class's tcache, or, once a long run
+ * of frees (a teardown) has reached it, its own list, until it is next
+ * made current (heap.c). The secure build, whose links are keyed per slab,
+ * has no tcache: its frees go onto the slab's own list, as c = s. */
+/* c, the list the free of a block of s went onto, reached its limit (c is
+ * s's head: the slab emptied). */
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s);
-/* Pushes b onto the list at heap + off (a tcache); whether it is full now.
- * On x86-64 the list's address is taken into a register first: its three
- * accesses, each on the word the last free wrote, run faster with a base
- * register than with base and index (docs/experiments.md, stop 60). */
+/* Pushes b onto list c (a tcache or a slab); whether it is full now. On
+ * x86-64 its three accesses, each on the word the last free wrote, take c
+ * as a base register alone: faster than with base and index
+ * (docs/experiments.md, stop 60). */
 #if HAK_ASM_EQ
-#define tc_push(heap, off, b)                                                                         \
+#define tc_push(c, b)                                                                                  \
   __extension__({                                                                                     \
-    uintptr_t link_ = BLOCK_FREE_BIT, c_;                                                             \
+    uintptr_t link_ = BLOCK_FREE_BIT;                                                                 \
     bool full_;                                                                                       \
-    __asm__("leaq (%[h],%[o]), %[c]\n\torq %c[f](%[c]), %[l]\n\tmovq %[l], (%[b])\n\t"              \
+    __asm__("orq %c[f](%[c]), %[l]\n\tmovq %[l], (%[b])\n\t"                                          \
             "movq %[b], %c[f](%[c])\n\tsubl $1, %c[u](%[c])"                                            \
-            : [l] "+&r"(link_), "=@ccz"(full_), [c] "=&r"(c_)                                         \
-            : [h] "r"(heap), [o] "r"((uintptr_t)(off)), [b] "r"(b), [f] "i"(offsetof(slab_t, free)),   \
-              [u] "i"(offsetof(slab_t, used))                                                         \
+            : [l] "+&r"(link_), "=@ccz"(full_)                                                        \
+            : [c] "r"(c), [b] "r"(b), [f] "i"(offsetof(slab_t, free)), [u] "i"(offsetof(slab_t, used)) \
             : "memory");                                                                              \
     full_;                                                                                            \
   })
 #else
-#define tc_push(heap, off, b)                                   \
+#define tc_push(c, b)                                           \
   __extension__({                                               \
-    slab_t *c_ = (slab_t *)((char *)(heap) + (off));            \
+    slab_t *c_ = (c);                                           \
     block_link(c_, (b), c_->free);                              \
     c_->free = (b);                                             \
     --c_->used == 0;                                            \
@@ -249,8 +246,9 @@ hak_inline void heap_free_local(heap_t *heap, slab_t *s, block_t *b) {
     block_link(s, b, s->free);
     s->free = b;
     if (unlikely(--s->used == 0)) heap_tc_full(heap, s, s);
-  } else if (unlikely(tc_push(heap, s->tc_off, b))) {
-    heap_tc_full(heap, heap_tc_of(heap, s), s);
+  } else {
+    slab_t *c = s->tc;
+    if (unlikely(tc_push(c, b))) heap_tc_full(heap, c, s);
   }
 }
 /* Slab s's last block came back (its used count fell to 0). */

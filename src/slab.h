@@ -51,7 +51,7 @@ hak_inline block_t *slab_pop_taken(slab_t *s, block_t *b) {
   return b;
 }
 
-/* Copies what free's fast path reads of slab s (owner, divc, tc_off) to
+/* Copies what free's fast path reads of slab s (owner, divc, tc) to
  * the descriptors of its other units; with a new owner word, that alone.
  * Only the owner writes them and only its fast path acts on them: another
  * thread's free finds an owner not its own there, as at the head. */
@@ -61,9 +61,14 @@ hak_inline void slab_mirror_owner(slab_t *s, uintptr_t owner) {
 hak_inline void slab_mirror(slab_t *s) {
   for (unsigned i = 1; i < s->units; i++) {
     s[i].divc = s->divc;
-    s[i].tc_off = s->tc_off;
+    s[i].tc = s->tc;
   }
   slab_mirror_owner(s, slab_owner(s));
+}
+/* Points the frees of slab s's blocks (its owner's fast path) at list c:
+ * its class's tcache, or s itself. */
+hak_inline void slab_point(slab_t *s, slab_t *c) {
+  for (unsigned i = 0; i < s->units; i++) s[i].tc = c;
 }
 /* Makes span s a slab of class cls owned by `owner` (a heap; flags:
  * SLAB_F_*); fresh: its pages were never touched (or were purged). */

@@ -46,7 +46,7 @@ struct heap_s;
  * the head descriptor is used, and every descriptor points to its head (a
  * free unit's is NULL, read as itself: unit_head), so that free finds the
  * slab with one load. The other units' descriptors also mirror the head's
- * owner, divc and tc_off (slab_mirror), so that free's fast path reads its
+ * owner, divc and tc (slab_mirror), so that free's fast path reads its
  * unit's line alone. Three cache lines, padded to four: what malloc, free
  * and other threads' frees touch (one line a call: the owner's list beside
  * what tells a block and its owner), what only the owner's slow paths
@@ -60,13 +60,12 @@ typedef struct slab_s {
   uint32_t used;                 /* blocks handed out and not freed locally */
   uint32_t bsize;                /* block size */
   uint64_t divc;                 /* ceil(2^64 / bsize): block_at's multiplier */
-  char *first;                   /* the first block (slab_block_at) */
+  struct slab_s *tc;             /* the list its owner's frees go onto: its class's tcache, or itself (heap.h) */
   char *bump;                    /* first never-carved block (read by remote frees) */
   struct slab_s *head;           /* the slab's head descriptor */
   uint32_t capacity;             /* blocks */
   uint8_t cls;
   uint8_t kind;
-  uint16_t tc_off;               /* where its heap keeps its class's tcache: heap + tc_off (heap.h) */
   /* the owner's slow paths' */
   _Alignas(64) uint64_t key;     /* free-list link key (harden.h) */
   struct slab_s *next, *prev;    /* the heap's class queue, or its idle list */
@@ -82,6 +81,7 @@ typedef struct slab_s {
   /* other threads' */
   _Alignas(64) _Atomic uint64_t remote; /* remote frees not yet collected, and flags (slab.c) */
   struct slab_s *remote_next;    /* the heap's stack of slabs with remote frees */
+  char *first;                   /* the first block (slab_block_at): read with the remote word */
   /* the owner's carves' */
   _Alignas(64) char *populated;  /* fresh: its pages below this were faulted in ahead of the bump (slab_carve) */
 } slab_t;

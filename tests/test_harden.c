@@ -1,9 +1,9 @@
 /* test_harden.c - what the default build catches (docs/security.md): a
  * double free of every size class, later, from two threads at once, twice
- * by another thread (at once, or after other frees), or after its slab was
- * emptied and reused; a free list link overwritten after free (also on
- * the list of a thread that freed another's blocks, and on a thread's list
- * of Large blocks) or by an overflow; a
+ * by another thread (at once, or after other frees), after its slab was
+ * emptied and reused, or after a teardown; a free list link overwritten
+ * after free (also on the list of a thread that freed another's blocks, and
+ * on a thread's list of Large blocks) or by an overflow; a
  * free of a pointer inside a block of every size class, by its owner or
  * another thread. Each case runs the bad program in a child,
  * which must end with SIGABRT after one line on stderr and never get the
@@ -254,6 +254,27 @@ static void double_free_after_reuse(void *arg)
     }
 }
 
+/* A teardown: a run of frees longer than the tcache points each slab it
+ * reaches at its own list (docs/security.md). Half the blocks stay live, so
+ * that no slab empties; then a double free of a block of those slabs, at
+ * once (arg NULL) or with another free between. */
+#define TEARDOWN_N 20000
+static void *teardown_block[TEARDOWN_N];
+static void double_free_after_teardown(void *arg)
+{
+  for (size_t i = 0; i < TEARDOWN_N; i++) teardown_block[i] = tu_launder(malloc(48));
+  for (size_t i = 0; i < TEARDOWN_N / 2; i++) {
+    size_t k = 2 * (i * 7919 % (TEARDOWN_N / 2)) + 1; /* each odd block once, in scattered order */
+    free(teardown_block[k]);
+    teardown_block[k] = NULL;
+  }
+  char *a = teardown_block[TEARDOWN_N / 2], *b = teardown_block[TEARDOWN_N / 2 + 2];
+  free(a);
+  if (arg) free(b);
+  free(a);
+  take_distinct(48, TEARDOWN_N);
+}
+
 /* Runs bad(arg) in a child: SIGABRT, one line on stderr naming the problem. */
 static void expect_abort_with(void (*bad)(void *), void *arg, const char *what, const char *problem)
 {
@@ -294,6 +315,11 @@ static void test_overwritten_held_block(void) { expect_abort(overwritten_held_bl
 static void test_overwritten_foreign_link(void)
 {
   expect_abort(overwritten_foreign_link, NULL, "link overwritten after another thread's free");
+}
+static void test_double_free_after_teardown(void)
+{
+  expect_abort(double_free_after_teardown, NULL, "free(p) free(p) after a teardown");
+  expect_abort(double_free_after_teardown, "", "free(a) free(b) free(a) after a teardown");
 }
 static void test_overflow_into_free(void) { expect_abort(overflow_into_free, NULL, "overflow into a free block"); }
 
@@ -410,6 +436,7 @@ static const tu_case_t cases[] = {
   {"double_free_later", test_double_free_later, 0},
   {"double_free_threads", test_double_free_threads, 0},
   {"double_free_after_reuse", test_double_free_after_reuse, 0},
+  {"double_free_after_teardown", test_double_free_after_teardown, 0},
   {"overwritten_link", test_overwritten_link, 0},
   {"overwritten_foreign_link", test_overwritten_foreign_link, 0},
   {"overwritten_large_link", test_overwritten_large_link, 0},
