@@ -696,12 +696,10 @@ static void tc_send_recent(heap_t *heap, slab_t *c) {
 }
 
 /* In a teardown, c's one block, freed into slab s, goes onto s's list, and
- * s's next frees go there straight from the fast path. The block is not
- * read: its line, just written by free, may still be on its way, and a
- * read waits for that write. Each free a call costs several stores more
- * than the push alone, and in a teardown whose blocks are out of cache
- * the stores behind each free's missing line are what it waits on
- * (docs/experiments.md, stop 84). */
+ * s's next frees go there straight from the fast path: out of cache, a
+ * free waits on the stores queued behind its block's missing line, and a
+ * call a free (or a send) adds several (docs/experiments.md, stop 84). The
+ * block is not read: a read of its line would wait for free's write. */
 static void tc_give_last(heap_t *heap, slab_t *c, slab_t *s) {
   block_t *b = c->free;
   slab_set_list(c, NULL);

@@ -206,13 +206,13 @@ void heap_slab_unfull(heap_t *heap, slab_t *s);
  * hands out the block freed last, still in the cache, whichever of its slabs
  * holds it; its blocks count as used in their slabs. A full one doubles
  * (after a refill) or sends the blocks freed just before the last to their
- * slabs (heap_tc_full); an empty one takes a batch from the current slab.
- * A slab points free at its list: its class's tcache, or, once a long run
- * of frees (a teardown) has reached it, its own list, until it is next
- * made current (heap.c). The secure build, whose links are keyed per slab,
- * has no tcache: its frees go onto the slab's own list, as c = s. */
-/* c, the list the free of a block of s went onto, reached its limit (c is
- * s's head: the slab emptied). */
+ * slabs; an empty one takes a batch from the current slab. A slab names the
+ * list its frees go onto (s->tc): its class's tcache, or, once a long run
+ * of frees (a teardown) has reached it, its own, until it is next made
+ * current (heap.c). The secure build, whose links are keyed per slab, has
+ * no tcache: its frees go onto the slab's own list. heap_tc_full: c, the
+ * list the free of a block of s went onto, reached its limit (c is s's
+ * head: the slab emptied). */
 void heap_tc_full(heap_t *heap, slab_t *c, slab_t *s);
 /* Pushes b onto list c (a tcache or a slab); whether it is full now. On
  * x86-64 its three accesses, each on the word the last free wrote, take c
