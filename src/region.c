@@ -128,7 +128,7 @@ static void region_unmap(char *base, size_t mapped) {
   stat_inc(regions_unmapped);
 }
 
-char *region_get(size_t first, size_t *mapped, bool *dirty) {
+char *region_get(size_t first, size_t *mapped, bool *dirty, size_t *advised) {
   hak_lock(&region_pool_lock);
   pooled_t got = {0};
   if (pool_n) got = pool[--pool_n]; /* the newest: the likeliest resident */
@@ -136,7 +136,7 @@ char *region_get(size_t first, size_t *mapped, bool *dirty) {
   if (got.base) {
     stat_inc(regions_reused);
     map_set(got.base, REGION_SIZE, MAP_RESERVED);
-    *mapped = got.mapped;
+    *mapped = *advised = got.mapped;
     *dirty = got.dirty_ms != 0;
     bool taken;
     if (got.mapped < first) region_space_grow(got.base, mapped, first, &taken);
@@ -147,6 +147,7 @@ char *region_get(size_t first, size_t *mapped, bool *dirty) {
   atomic_fetch_add_explicit(&region_count, 1, memory_order_relaxed);
   stat_inc(regions_mapped);
   *dirty = false;
+  *advised = 0;
   return p;
 }
 
@@ -233,13 +234,15 @@ uint32_t region_header_pages(void) {
  * mmap call waits for the address space's lock (mmap_lock) that every other
  * thread's populate holds: one call a region, not five. */
 bool region_new(run_heap_t *pages, void *owner) {
-  size_t mapped, first = atomic_load_explicit(&region_count, memory_order_relaxed) ? REGION_SIZE : REGION_FIRST;
+  size_t mapped, advised, first = atomic_load_explicit(&region_count, memory_order_relaxed) ? REGION_SIZE : REGION_FIRST;
   bool dirty;
-  char *base = region_get(first, &mapped, &dirty);
-  if (base == NULL && first > REGION_FIRST) base = region_get(REGION_FIRST, &mapped, &dirty);
+  char *base = region_get(first, &mapped, &dirty, &advised);
+  if (base == NULL && first > REGION_FIRST) base = region_get(REGION_FIRST, &mapped, &dirty, &advised);
   if (base == NULL) return false;
   region_t *r = (region_t *)base;
-  os_no_huge_pages(base, mapped);
+  /* the advice stays with the mapping (a purge keeps it): a pooled
+   * region's only where it grew */
+  if (mapped > advised) os_no_huge_pages(base + advised, mapped - advised);
   uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> os_page_log2());
   /* A unit no slab holds reads zero, its own head with no owner: a pointer
    * into it fails free's owner test and is looked up, never trusted. A

@@ -121,8 +121,9 @@ void region_space_free(char *base, size_t size, size_t mapped);
 
 /* A region's memory: from the pool, or new (first bytes mapped). Its map
  * entries read MAP_RESERVED (region_space) until the caller sets them, its
- * header done. */
-char *region_get(size_t first, size_t *mapped, bool *dirty);
+ * header done. *advised: the bytes from its start that huge pages are
+ * already kept off (a pooled region's, before it grew: 0 for a new one). */
+char *region_get(size_t first, size_t *mapped, bool *dirty, size_t *advised);
 /* An empty region to the pool (its pages dirty since now), or back to the OS
  * when the pool is full. */
 void region_put(char *base, size_t mapped, uint64_t now);

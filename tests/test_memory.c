@@ -142,7 +142,8 @@
  *            whole and are carved afresh), not in the order of the frees
  *            (slabs held by blocks left in the tcache, their lists shuffled).
  *   no_thp   the regions that hold small and Large blocks (the first one,
- *            grown, and a thread's) are advised off transparent huge pages
+ *            grown, a thread's, and regions taken back from the pool after
+ *            a trim) are advised off transparent huge pages
  *            (VmFlags "nh" in /proc/self/smaps): where THP is "always", a
  *            thread's first malloc would otherwise make 2 MiB resident.
  *            Skipped where the kernel has no THP.
@@ -1366,19 +1367,27 @@ static void test_no_thp(void)
   static const size_t sizes[] = {64, 20 * KiB, 300 * KiB};
   enum { N = 64 };
   void *p[N];
-  for (int k = 0; k < N; k++) { /* 6 MiB in all: past the first region's first 256 KiB */
-    p[k] = A(malloc)(sizes[k % 3]);
-    CHECK(p[k] != NULL);
-    memset(p[k], 1, sizes[k % 3]);
+  /* round 1 on new regions; round 2 on the same regions, emptied by the
+   * trim and taken back from the pool (advised once, when first mapped) */
+  for (int round = 1; round <= 2; round++) {
+    for (int k = 0; k < N; k++) { /* 6 MiB in all: past the first region's first 256 KiB */
+      p[k] = A(malloc)(sizes[k % 3]);
+      CHECK(p[k] != NULL);
+      memset(p[k], 1, sizes[k % 3]);
+    }
+    for (int k = 0; k < N; k++)
+      CHECKF(no_huge_pages_at(p[k]), "round %d, block %d (%zu B) at %p: huge pages allowed", round, k, sizes[k % 3],
+             p[k]);
+    for (int k = 0; k < N; k++) A(free)(p[k]);
+    A(malloc_trim)(0);
   }
-  for (int k = 0; k < N; k++) CHECKF(no_huge_pages_at(p[k]), "block %d (%zu B) at %p: huge pages allowed", k, sizes[k % 3], p[k]);
   bool nh = false;
   pthread_t t;
   CHECK(pthread_create(&t, NULL, no_thp_thread, &nh) == 0);
   CHECK(pthread_join(t, NULL) == 0);
   CHECKF(nh, "a thread's first block: huge pages allowed");
-  for (int k = 0; k < N; k++) A(free)(p[k]);
-  printf("test_memory no_thp: small and Large blocks, the main thread's and another's, on regions kept off THP: OK\n");
+  printf("test_memory no_thp: small and Large blocks, the main thread's and another's, on regions kept off THP, "
+         "new and taken back from the pool: OK\n");
 }
 
 /* n threads on 64 KiB stacks (a server's many small ones) running fn, their
