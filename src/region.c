@@ -234,7 +234,8 @@ uint32_t region_header_pages(void) {
  * mmap call waits for the address space's lock (mmap_lock) that every other
  * thread's populate holds: one call a region, not five. */
 bool region_new(run_heap_t *pages, void *owner) {
-  size_t mapped, advised, first = atomic_load_explicit(&region_count, memory_order_relaxed) ? REGION_SIZE : REGION_FIRST;
+  size_t mapped, advised;
+  size_t first = atomic_load_explicit(&region_count, memory_order_relaxed) ? REGION_SIZE : REGION_FIRST;
   bool dirty;
   char *base = region_get(first, &mapped, &dirty, &advised);
   if (base == NULL && first > REGION_FIRST) base = region_get(REGION_FIRST, &mapped, &dirty, &advised);
