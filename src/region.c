@@ -255,6 +255,8 @@ bool region_new(run_heap_t *pages, void *owner) {
   }
   r->mapped = mapped;
   r->owner = owner;
+  r->emptied_ms = 0;
+  r->next_emptied = NULL;
   run_chunk_add(pages, &r->pages, base + ((size_t)hp << os_page_log2()), total - hp,
                 (uint32_t)(mapped >> os_page_log2()) - hp, r->page_meta, !dirty, dirty ? os_now_ms() : 0);
   map_set(base, REGION_SIZE, MAP_REGION);

@@ -141,6 +141,13 @@
  *            each right after the last (slabs the teardown emptied went back
  *            whole and are carved afresh), not in the order of the frees
  *            (slabs held by blocks left in the tcache, their lists shuffled).
+ *   big_batch  96 blocks of 1 MiB (32 regions, past the pool's 16)
+ *            written at both ends and freed, 20 times: after the first
+ *            batch, no mmap call and no region taken from the pool (the
+ *            heap keeps the regions it emptied, headers and all, for the
+ *            purge delay); then, the program allocating a little, its
+ *            address space falls back within the pool's 64 MiB (and 8 MiB)
+ *            of the start within two seconds (HAKMEM_LEARN=0).
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, a thread's, and regions taken back from the pool after
  *            a trim) are advised off transparent huge pages
@@ -155,7 +162,7 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_clean, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
- *        locked, no_thp, exit_trim, thread_cost, teardown)
+ *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch)
  */
 #include "testutil.h"
 
@@ -1461,6 +1468,37 @@ static void *thread_cost_thread(void *arg)
   return NULL;
 }
 
+static void test_big_batch(void)
+{
+  enum { N = 96, ROUNDS = 20, SZ = 1 << 20 };
+  char *p[N];
+  size_t vm0 = tu_statm(0);
+  long maps = 0, pooled = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    if (r == 1) maps = tu_stat("mmap"), pooled = tu_stat("regions_reused");
+    for (int i = 0; i < N; i++) {
+      p[i] = A(malloc)(SZ);
+      CHECK(p[i] != NULL);
+      p[i][0] = p[i][SZ - 1] = (char)r;
+    }
+    for (int i = 0; i < N; i++) A(free)(p[i]);
+  }
+  maps = tu_stat("mmap") - maps, pooled = tu_stat("regions_reused") - pooled;
+  CHECKF(maps == 0 && pooled == 0, "%d batches of %d x 1 MiB after the first: %ld mmap calls, %ld regions taken from "
+         "the pool", ROUNDS - 1, N, maps, pooled);
+  size_t vm1 = tu_statm(0), vm = vm1;
+  CHECKF(vm1 >= vm0 + N * MiB, "%d x 1 MiB took %zu MiB of address space", N, mib(vm1 - vm0));
+  for (int waited = 0; waited < 2000 && vm > vm0 + 72 * MiB; waited += 10) {
+    for (int i = 0; i < 32; i++) A(free)(tu_launder(A(malloc)(40000)));
+    usleep(10000);
+    vm = tu_statm(0);
+  }
+  CHECKF(vm <= vm0 + 72 * MiB, "address space %zu MiB above the start 2 s after the last batch (%zu MiB then)",
+         mib(vm - vm0), mib(vm1 - vm0));
+  printf("test_memory big_batch: %d batches of %d x 1 MiB, no mmap after the first; address space +%zu MiB after "
+         "them, +%zu MiB once the emptied regions went: OK\n", ROUNDS, N, mib(vm1 - vm0), mib(vm - vm0));
+}
+
 static void test_teardown(void)
 {
   enum { N = 200000, SIZE = 48 };
@@ -1547,6 +1585,7 @@ static const tu_case_t cases[] = {
   {"exit_trim", test_exit_trim, 0},
   {"thread_cost", test_thread_cost, 0},
   {"teardown", test_teardown, 0},
+  {"big_batch", test_big_batch, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
