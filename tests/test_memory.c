@@ -148,6 +148,11 @@
  *            purge delay); then, the program allocating a little, its
  *            address space falls back within the pool's 64 MiB (and 8 MiB)
  *            of the start within two seconds (HAKMEM_LEARN=0).
+ *   large_batch  200 blocks of 128 KiB (25 MiB, past the owner's lists'
+ *            first bound of 16 MiB) freed and allocated again, three
+ *            times: the third batch's mallocs return the second's frees in
+ *            reverse order, every one from the lists (their bound followed
+ *            the heap's peak), none from the locked cache or the free runs.
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, a thread's, and regions taken back from the pool after
  *            a trim) are advised off transparent huge pages
@@ -162,7 +167,7 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_clean, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
- *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch)
+ *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch, large_batch)
  */
 #include "testutil.h"
 
@@ -1499,6 +1504,25 @@ static void test_big_batch(void)
          "them, +%zu MiB once the emptied regions went: OK\n", ROUNDS, N, mib(vm1 - vm0), mib(vm - vm0));
 }
 
+static void test_large_batch(void)
+{
+  enum { N = 200, SZ = 128 * 1024 - 100 };
+  char *p[N], *q[N];
+  for (int r = 0; r < 3; r++) {
+    for (int i = 0; i < N; i++) {
+      q[i] = A(malloc)(SZ);
+      CHECK(q[i] != NULL);
+      q[i][0] = q[i][SZ - 1] = (char)r;
+    }
+    int kept = 0;
+    for (int i = 0; r == 2 && i < N; i++) kept += q[i] == p[N - 1 - i];
+    CHECKF(r < 2 || kept == N, "%d of %d blocks of 128 KiB came back from the lists in reverse order of their frees",
+           kept, N);
+    for (int i = 0; i < N; i++) A(free)(p[i] = q[i]);
+  }
+  printf("test_memory large_batch: %d blocks of 128 KiB (25 MiB) freed and taken back from the owner's lists: OK\n", N);
+}
+
 static void test_teardown(void)
 {
   enum { N = 200000, SIZE = 48 };
@@ -1586,6 +1610,7 @@ static const tu_case_t cases[] = {
   {"thread_cost", test_thread_cost, 0},
   {"teardown", test_teardown, 0},
   {"big_batch", test_big_batch, TU_BY_NAME},
+  {"large_batch", test_large_batch, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
