@@ -628,7 +628,9 @@ void heap_slab_unfull(heap_t *heap, slab_t *s) {
  * of them, at least TC_MIN blocks and at most TC_MAX; half of it moves at
  * once, either way. One that fills up after a refill (a program that frees
  * batches as large as it allocates) doubles instead, up to TC_GROW_BYTES or
- * TC_GROW_MAX blocks; the tick takes it back to the start. A batch larger
+ * TC_GROW_MAX blocks, and at least TC_GROW_MIN (the largest classes' slabs
+ * hold 8 blocks: a batch past the bound empties and makes a slab every 8
+ * blocks); the tick takes it back to the start. A batch larger
  * than that pays each of its blocks four walks of a list (the cut and the
  * send on overflow, the refill's cut), each load waiting on the last. */
 #define TC_BYTES 65536
@@ -636,13 +638,14 @@ void heap_slab_unfull(heap_t *heap, slab_t *s) {
 #define TC_MAX 128
 #define TC_GROW_BYTES (4 << 20)
 #define TC_GROW_MAX 16384
+#define TC_GROW_MIN 256
 /* A refill takes TC_BATCH_MIN blocks at first, twice as many at each next
  * one up to half the capacity, half as many after the tcache filled up:
  * a thread that allocates a few blocks of a class does not take (and give
  * back at exit) a batch it never uses. */
 #define TC_BATCH_MIN 8
 static uint32_t tc_limit(unsigned cls) { return MIN(MAX(TC_BYTES / hak_class_size[cls], TC_MIN), TC_MAX); }
-static uint32_t tc_grow_limit(unsigned cls) { return MIN(MAX(TC_GROW_BYTES / hak_class_size[cls], TC_MIN), TC_GROW_MAX); }
+static uint32_t tc_grow_limit(unsigned cls) { return MIN(MAX(TC_GROW_BYTES / hak_class_size[cls], TC_GROW_MIN), TC_GROW_MAX); }
 
 /* Takes the slabs that received remote frees and moves their blocks to
  * their free lists; with to_tc, to their class's tcache first where it has

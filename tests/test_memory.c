@@ -153,6 +153,11 @@
  *            times: the third batch's mallocs return the second's frees in
  *            reverse order, every one from the lists (their bound followed
  *            the heap's peak), none from the locked cache or the free runs.
+ *   mid_batch  the same with 200 blocks of 32 KiB (slabs of 8), ten
+ *            times: the tcache grows to hold the batch (past its 4 MiB
+ *            bound: 256 blocks at least), so that the last batch's mallocs
+ *            return the one before's frees in reverse order, where a
+ *            batch past the tcache would empty its slabs and make new ones.
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, a thread's, and regions taken back from the pool after
  *            a trim) are advised off transparent huge pages
@@ -167,7 +172,8 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_clean, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
- *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch, large_batch)
+ *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch, large_batch,
+ *        mid_batch)
  */
 #include "testutil.h"
 
@@ -1504,23 +1510,41 @@ static void test_big_batch(void)
          "them, +%zu MiB once the emptied regions went: OK\n", ROUNDS, N, mib(vm1 - vm0), mib(vm - vm0));
 }
 
+/* n blocks of sz bytes freed and allocated again, rounds times: how many of
+ * the last round's mallocs returned the round before's frees in reverse
+ * order. */
+static int batch_lifo(int n, size_t sz, int rounds)
+{
+  char **p = (char **)slot_array((size_t)n), **q = (char **)slot_array((size_t)n);
+  int kept = 0;
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < n; i++) {
+      q[i] = A(malloc)(sz);
+      CHECK(q[i] != NULL);
+      q[i][0] = q[i][sz - 1] = (char)r;
+    }
+    for (int i = 0; r == rounds - 1 && i < n; i++) kept += q[i] == p[n - 1 - i];
+    for (int i = 0; i < n; i++) A(free)(p[i] = q[i]);
+  }
+  munmap(p, (size_t)n * sizeof *p);
+  munmap(q, (size_t)n * sizeof *q);
+  return kept;
+}
+
 static void test_large_batch(void)
 {
-  enum { N = 200, SZ = 128 * 1024 - 100 };
-  char *p[N], *q[N];
-  for (int r = 0; r < 3; r++) {
-    for (int i = 0; i < N; i++) {
-      q[i] = A(malloc)(SZ);
-      CHECK(q[i] != NULL);
-      q[i][0] = q[i][SZ - 1] = (char)r;
-    }
-    int kept = 0;
-    for (int i = 0; r == 2 && i < N; i++) kept += q[i] == p[N - 1 - i];
-    CHECKF(r < 2 || kept == N, "%d of %d blocks of 128 KiB came back from the lists in reverse order of their frees",
-           kept, N);
-    for (int i = 0; i < N; i++) A(free)(p[i] = q[i]);
-  }
+  enum { N = 200 };
+  int kept = batch_lifo(N, 128 * 1024 - 100, 3);
+  CHECKF(kept == N, "%d of %d blocks of 128 KiB came back from the lists in reverse order of their frees", kept, N);
   printf("test_memory large_batch: %d blocks of 128 KiB (25 MiB) freed and taken back from the owner's lists: OK\n", N);
+}
+
+static void test_mid_batch(void)
+{
+  enum { N = 200 };
+  int kept = batch_lifo(N, 32 * 1024, 10);
+  CHECKF(kept == N, "%d of %d blocks of 32 KiB came back from the tcache in reverse order of their frees", kept, N);
+  printf("test_memory mid_batch: %d blocks of 32 KiB (6.25 MiB) freed and taken back from the tcache: OK\n", N);
 }
 
 static void test_teardown(void)
@@ -1611,6 +1635,7 @@ static const tu_case_t cases[] = {
   {"teardown", test_teardown, 0},
   {"big_batch", test_big_batch, TU_BY_NAME},
   {"large_batch", test_large_batch, TU_BY_NAME},
+  {"mid_batch", test_mid_batch, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
