@@ -213,8 +213,8 @@ def price(R, alloc, title):
     def word(g):
         return f"{abs(1 - g) * 100:.1f} % {'slower' if g < 1 else 'faster'}"
 
-    return ["", f"{title} over hakmem, geometric mean of {len(med)} throughput rows: "
-                f"per-round ratios **{geo(med):.3f}** ({word(geo(med))}), best runs **{geo(best):.3f}** ({word(geo(best))})."]
+    return ["", f"{title} over hakmem, {len(med)} throughput rows, geometric mean of per-round ratios "
+                f"**{geo(med):.3f}** ({word(geo(med))}), of best runs **{geo(best):.3f}**."]
 
 
 def baseline_change(R):
@@ -243,7 +243,7 @@ def secure_price(R):
 
 def profile_price(R):
     """The heap profiler at its default rate over hakmem."""
-    return price(R, "hakmem-profile", "Heap profiler (libhakmem-profile.so, HAKMEM_PROFILE at the default rate)")
+    return price(R, "hakmem-profile", "Heap profiler (libhakmem-profile.so, default rate)")
 
 
 def throughput_detail(R):

@@ -199,6 +199,7 @@ if [ $MODE = full ]; then
     "batch|1 thr, 1600 x 4 KiB|threads=1 count=1600 size=4096 batches=3000 seed=1"
     "batch|2 thr, 1600 x 1 KiB|threads=2 count=1600 size=1024 batches=5000 seed=1"
     "batch|1 thr, 200 x 40000 B|threads=1 count=200 size=40000 batches=10000 seed=1"
+    "batch|1 thr, 200 x 1 MiB|threads=1 count=200 size=1048576 batches=500 seed=1"
     "batch|1 thr, 1M x 48 B freed in random order|threads=1 count=1000000 size=48 batches=10 shuffle=1 seed=1"
     "swap_rounds|50 rounds x 2 thr|rounds=50 threads=2 allocs=25000 retains=500 slots=1000 seed=1"
     "swap_rounds|50 rounds x 4 thr|rounds=50 threads=4 allocs=25000 retains=500 slots=1000 seed=1"
