@@ -169,11 +169,8 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
   }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
-    if (tries) { /* out of address space: empty the caches, once */
-      bool any = large_cache_release(heap);
-      any |= heap_release_emptied(heap); /* before the pool goes */
-      if (!(purge_release_cached() | any)) break;
-    }
+    /* out of address space: empty the caches, once */
+    if (tries && !(large_cache_release(heap) | purge_release_cached())) break;
     if (small) {
       p = heap_alloc_small_slow(heap, size_class(harden_min_size(size)));
       if (p && zero) memset(p, 0, size);

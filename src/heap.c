@@ -162,46 +162,9 @@ static void heap_span_release(heap_t *heap, slab_t *s) {
   if (heap->idle[s->cls] == s) heap->idle[s->cls] = NULL;
   heap->span_bytes -= (size_t)s->units * UNIT_SIZE;
   region_t *r = region_of(s);
-  if (region_span_free(s, now) && region_spare(r)) heap_region_emptied(heap, r, now);
+  if (region_span_free(s, now) && region_spare(r)) region_release(r, now);
   heap_unlock(heap);
   if (purge_delay() == 0) heap_purge(heap, now, 0, true, NULL);
-}
-
-/* ---- emptied regions (under the heap's lock) ---------------------------------- */
-
-/* A listed region empty since delay ms before now goes to the pool; one
- * that holds blocks again, or is the heap's last, leaves the list. Whether
- * any went. */
-static bool emptied_release(heap_t *heap, uint64_t now, uint64_t delay) {
-  bool any = false;
-  for (region_t **pp = &heap->emptied, *r; (r = *pp) != NULL;) {
-    bool spare = region_spare(r), due = spare && r->emptied_ms + delay <= now;
-    if (spare && !due) {
-      pp = &r->next_emptied;
-      continue;
-    }
-    *pp = r->next_emptied;
-    r->emptied_ms = 0;
-    r->next_emptied = NULL;
-    if (due) region_release(r, now), any = true;
-  }
-  return any;
-}
-
-void heap_region_emptied(heap_t *heap, region_t *r, uint64_t now) {
-  if (r->emptied_ms == 0) {
-    r->next_emptied = heap->emptied;
-    heap->emptied = r;
-  }
-  r->emptied_ms = MAX(now, 1);
-  if (purge_delay() == 0) emptied_release(heap, now, 0); /* r, and any listed before the delay became 0 */
-}
-
-bool heap_release_emptied(heap_t *heap) {
-  heap_lock(heap);
-  bool any = emptied_release(heap, UINT64_MAX, 0);
-  heap_unlock(heap);
-  return any;
 }
 
 /* ---- idle slabs ------------------------------------------------------------- */
@@ -945,9 +908,6 @@ void heap_tick(heap_t *heap, uint64_t now) {
   long delay = purge_delay();
   if (delay < 0 || now - heap->sparse_at_ms < (uint64_t)MAX(delay, TICK_MIN_MS)) return;
   heap->sparse_at_ms = now;
-  heap_lock(heap);
-  emptied_release(heap, now, (uint64_t)delay);
-  heap_unlock(heap);
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     tc_drain(heap, cls);
     slab_t *s = heap->cur[cls];
@@ -1061,7 +1021,6 @@ static void heap_release_empty(heap_t *heap, bool tc) {
 }
 
 size_t heap_trim(heap_t *heap) {
-  heap_release_emptied(heap);
   heap_foreign_flush(heap);
   heap_publish_gathered(heap, true, 0);
   heap_release_empty(heap, true);
@@ -1169,7 +1128,6 @@ static void heap_abandon(heap_t *heap) {
 static void heap_release_regions(heap_t *heap) {
   uint64_t now = os_now_ms();
   heap_lock(heap);
-  emptied_release(heap, UINT64_MAX, 0); /* the list's first: none stays listed */
   for (run_chunk_t *c = heap->pages.chunks, *next; c; c = next) {
     next = c->next;
     if (c->used == 0) region_release(region_of(c), now);

@@ -91,7 +91,6 @@ struct heap_s {
   size_t span_bytes;                /* bytes of its slabs' spans */
   size_t span_peak;                 /* the most span_bytes held since its thread took it */
   slab_t *idle[NUM_CLASSES];        /* the spare of each class while idle */
-  region_t *emptied;                /* regions left empty, kept for the delay (heap_region_emptied) */
   /* the owner's clocks */
   uint32_t carves;                  /* fresh carves by this heap */
   uint32_t carve_at[NUM_CLASSES];   /* the clock at each class's last carve */
@@ -320,15 +319,6 @@ void heap_tick(heap_t *heap, uint64_t now);
 size_t heap_purge(heap_t *h, uint64_t now, uint64_t delay, bool wait, bool *pending);
 /* Gives back what the calling thread's heap holds and does not use. */
 size_t heap_trim(heap_t *heap);
-/* Region r of heap (its lock held) may go (region_spare): it stays in the
- * heap, its pages purged as any free pages are, and goes to the pool once
- * empty for the purge delay, so that a heap whose live set swings by whole
- * regions takes them back without the pool's round trip (a header made
- * anew each time). With purging at once, it goes at once. */
-void heap_region_emptied(heap_t *heap, region_t *r, uint64_t now);
-/* The heap's emptied regions go to the pool now (out of address space);
- * whether any went. */
-bool heap_release_emptied(heap_t *heap);
 /* Resident bytes of the heaps' own structures, and whether [lo, hi)
  * overlaps them (statistics). */
 size_t heap_meta_resident(void);

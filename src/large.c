@@ -152,7 +152,7 @@ static void free_locked(heap_t *heap, run_t r, uint64_t now, long delay) {
   bool cached = delay != 0 && c >= 0 && run_cache_push(&heap->lcache, (unsigned)c, r, now, CACHE_PER_CLASS, bound);
   if (heap->lcache.pages > bound) run_cache_trim(&heap->lcache, bound, now); /* the heap shrank */
   region_t *reg = region_of(run_addr(r));
-  if (!cached && run_free(r, true, now) && region_spare(reg)) heap_region_emptied(heap, reg, now);
+  if (!cached && run_free(r, true, now) && region_spare(reg)) region_release(reg, now);
 }
 
 /* ---- the owner's hot lists (large_hot_t) ------------------------------------

@@ -151,17 +151,25 @@ char *region_get(size_t first, size_t *mapped, bool *dirty, size_t *advised) {
   return p;
 }
 
+/* The pool's bound on the regions it keeps once purged (0: none kept). */
+static size_t pool_cap(void) { return MIN((size_t)hak_option(OPT_POOL_REGIONS), POOL_MAX); }
+
+/* Past the bound, a region freed within the purge delay still waits in the
+ * pool, resident, until its purge, when it goes: a program that frees and
+ * takes back more regions than the bound at a time (a batch of big blocks)
+ * takes them back with no system call, where they were unmapped and mapped
+ * again each time. Once the pool is full, or with purging at once or
+ * never, the oldest goes at once. */
 void region_put(char *base, size_t mapped, uint64_t now) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   if (delay == 0) os_purge(base, mapped), now = 0;
   pooled_t old = {0};
   hak_lock(&region_pool_lock);
-  size_t cap = (size_t)hak_option(OPT_POOL_REGIONS);
-  if (cap > POOL_MAX) cap = POOL_MAX;
+  size_t cap = pool_cap();
   if (cap == 0) {
     old = (pooled_t){base, mapped, 0};
   } else {
-    if (pool_n == cap) old = pool[0], pool_remove(0);
+    if (pool_n >= cap && (delay <= 0 || pool[0].dirty_ms == 0 || pool_n == POOL_MAX)) old = pool[0], pool_remove(0);
     pool[pool_n++] = (pooled_t){base, mapped, now};
   }
   hak_unlock(&region_pool_lock);
@@ -182,9 +190,10 @@ size_t region_pool_purge(uint64_t now, uint64_t delay, bool unmap, bool *pending
     bool left = false;
     for (size_t i = 0; i < pool_n; i++) left |= pool[i].dirty_ms != 0;
     if (pending) *pending = left;
+    bool keep = !unmap && pool_n < pool_cap(); /* past the bound: unmapped, not purged */
     hak_unlock(&region_pool_lock);
     if (p.base == NULL) return n;
-    if (unmap) {
+    if (!keep) {
       region_unmap(p.base, p.mapped);
       n += p.mapped;
       continue;
@@ -255,8 +264,6 @@ bool region_new(run_heap_t *pages, void *owner) {
   }
   r->mapped = mapped;
   r->owner = owner;
-  r->emptied_ms = 0;
-  r->next_emptied = NULL;
   run_chunk_add(pages, &r->pages, base + ((size_t)hp << os_page_log2()), total - hp,
                 (uint32_t)(mapped >> os_page_log2()) - hp, r->page_meta, !dirty, dirty ? os_now_ms() : 0);
   map_set(base, REGION_SIZE, MAP_REGION);

@@ -43,10 +43,6 @@ typedef struct region_s {
    * A slab's start clears only such rows: reading a never-written row
    * would make its page resident for nothing. */
   _Atomic uint64_t remote_units;
-  /* Under its heap's lock: on the heap's list of emptied regions since
-   * emptied_ms (0: not listed; heap.c) */
-  uint64_t emptied_ms;
-  struct region_s *next_emptied;
   /* the chunk's page metadata, right after it on the page after the
    * descriptors: a region that holds a few slabs touches three pages of
    * its header (the remote bits only where other threads free) */
