@@ -1108,7 +1108,7 @@ static void heap_abandon(heap_t *heap) {
   size_t spans = MIN(heap->span_peak, ABANDON_SPANS_MAX);
   size_t keep = (MAX(MAX(2 * heap->large_peak, spans), ABANDON_KEEP_MIN) + ABANDON_SLACK) >> heap->pages.page_shift;
   size_t purged = delay < 0 ? 0 : run_purge_due(&heap->pages, &heap->lock, heap->abandoned_ms, (uint64_t)delay, keep);
-  heap_large_peak_set(heap, heap->large_live); /* the adopter's own from here, purging on or off */
+  heap->large_peak = heap->large_live; /* the adopter's own from here, purging on or off */
   heap->span_peak = heap->span_bytes;
   heap_unlock(heap);
   if (purged) stat_add(bytes_purged, purged);

@@ -41,11 +41,6 @@ typedef struct {
  * class's, through the view. A list's cap follows its demand, as the
  * tcache's does; a list is open once its head is set (never: NULL). */
 #define LARGE_HOT_CLASSES 56 /* a page count each, 36 KiB to 256 KiB */
-/* The lists hold LARGE_HOT_MIN_BYTES in all, or as many as the heap's peak
- * of live Large bytes up to LARGE_HOT_MAX_BYTES: a batch of blocks that the
- * heap held at once comes back whole, without the lock. */
-#define LARGE_HOT_MIN_BYTES ((size_t)16 << 20)
-#define LARGE_HOT_MAX_BYTES ((size_t)64 << 20)
 #define LARGE_HOT_DEPTH 256
 #define LARGE_HOT_DEPTH_MIN 2
 typedef struct {
@@ -66,9 +61,6 @@ typedef struct {
    * blocks without counting); others read it with __atomic_load_n */
   size_t bytes;
   size_t unsynced; /* bytes pushed since that count */
-  /* the bound's bytes above its least: the heap's peak of live Large bytes
-   * (large.c's live_add, under the lock: atomic stores) */
-  size_t grown;
   uint64_t drained_ms; /* when the tick last sent them back, or found them empty */
 } large_hot_t;
 _Static_assert(LARGE_HOT_CLASSES <= 64, "shown has a bit per list");
@@ -368,12 +360,5 @@ void heap_fork_child(void);
 /* The heap's lock taken to change its run heaps (Large pool). */
 hak_inline void heap_lock(heap_t *h) { hak_lock(&h->lock); }
 hak_inline void heap_unlock(heap_t *h) { hak_unlock(&h->lock); }
-/* Sets the heap's peak of live Large bytes (its lock held), and its hot
- * lists' bound with it. */
-hak_inline void heap_large_peak_set(heap_t *heap, size_t peak) {
-  heap->large_peak = peak;
-  size_t grown = MIN(peak, LARGE_HOT_MAX_BYTES);
-  __atomic_store_n(&heap->lhot.grown, grown > LARGE_HOT_MIN_BYTES ? grown - LARGE_HOT_MIN_BYTES : 0, __ATOMIC_RELAXED);
-}
 
 #endif

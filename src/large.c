@@ -103,7 +103,7 @@ static size_t block_bytes(size_t size) {
  * `added` (either 0), under its lock (read without it by the total). */
 static void live_add(heap_t *heap, size_t removed, size_t added) {
   __atomic_store_n(&heap->large_live, heap->large_live + added - removed, __ATOMIC_RELAXED);
-  if (heap->large_live > heap->large_peak) heap_large_peak_set(heap, heap->large_live);
+  if (heap->large_live > heap->large_peak) heap->large_peak = heap->large_live;
   heap->large_classed += (added <= LARGE_CLASS_MAX ? added : 0) - (removed <= LARGE_CLASS_MAX ? removed : 0);
 }
 
@@ -263,13 +263,13 @@ static void hot_sync(large_hot_t *h) {
 #define HOT_FULL_SKIP 16
 static bool hot_fits(large_hot_t *h, size_t bytes) {
   if (large_hot_fits_counted(h, bytes)) return true;
-  if (bytes > large_hot_bound(h)) return false;
+  if (bytes > LARGE_HOT_MAX_BYTES) return false;
   if (h->full_skip) {
     h->full_skip--;
     return false;
   }
   hot_sync(h);
-  bool fits = h->bytes + bytes <= large_hot_bound(h);
+  bool fits = h->bytes + bytes <= LARGE_HOT_MAX_BYTES;
   if (!fits) h->full_skip = HOT_FULL_SKIP;
   return fits;
 }

@@ -18,15 +18,16 @@
 /* Blocks of up to LARGE_CLASS_MAX bytes come in classes, one per 4 KiB page
  * count: freed runs of a class are cached for the next block of it, and
  * the owner keeps its freed ones on a list per class (the hot lists, up to
- * their bound in all: heap.h) that its mallocs take without the lock. */
+ * LARGE_HOT_MAX_BYTES in all) that its mallocs take without the lock. */
 #define LARGE_CLASS_MAX ((size_t)256 * 1024)
+#define LARGE_HOT_MAX_BYTES ((size_t)16 << 20)
 /* The lists' bytes are counted (h->bytes) only now and then: malloc's fast
  * path takes without counting, frees count what they push (h->unsynced).
  * While those pushes stay under LARGE_HOT_SLACK a block fits when it fits
  * the last count, so that lists at their bound are counted once per that
  * many bytes pushed, not at every free; they pass the bound by that much
  * at most. */
-#define LARGE_HOT_SLACK (LARGE_HOT_MIN_BYTES / 16)
+#define LARGE_HOT_SLACK (LARGE_HOT_MAX_BYTES / 16)
 #define LARGE_HOT_TABLE (LARGE_CLASS_MAX / 4096)
 _Static_assert(VIEW_LARGE_MAX == LARGE_CLASS_MAX, "malloc's view shows every list");
 
@@ -116,14 +117,10 @@ hak_inline void large_hot_put(large_hot_t *h, slab_t *l, block_t *b, size_t byte
   h->pushed++;
 }
 
-/* The bytes the lists may hold. */
-hak_inline size_t large_hot_bound(const large_hot_t *h) {
-  return LARGE_HOT_MIN_BYTES + __atomic_load_n(&h->grown, __ATOMIC_RELAXED);
-}
 /* Whether a block of bytes fits the lists' bound as last counted. */
 hak_inline bool large_hot_fits_counted(const large_hot_t *h, size_t bytes) {
   size_t pushed = h->unsynced > LARGE_HOT_SLACK ? h->unsynced : 0;
-  return h->bytes + pushed + bytes <= large_hot_bound(h);
+  return h->bytes + pushed + bytes <= LARGE_HOT_MAX_BYTES;
 }
 
 /* large_free_hot where it calls nothing: true when p went on its list;

@@ -148,14 +148,9 @@
  *            unmapped); then, the program allocating a little, its
  *            address space falls back within the pool's 64 MiB (and 8 MiB)
  *            of the start within two seconds (HAKMEM_LEARN=0).
- *   large_batch  200 blocks of 128 KiB (25 MiB, past the owner's lists'
- *            first bound of 16 MiB) freed and allocated again, three
- *            times: the third batch's mallocs return the second's frees in
- *            reverse order, every one from the lists (their bound followed
- *            the heap's peak), none from the locked cache or the free runs.
- *   mid_batch  the same with 200 blocks of 32 KiB (slabs of 8), ten
- *            times: the tcache grows to hold the batch (past its 4 MiB
- *            bound: 256 blocks at least), so that the last batch's mallocs
+ *   mid_batch  200 blocks of 32 KiB (slabs of 8) freed and allocated
+ *            again, ten times: the tcache grows to hold the batch (past
+ *            its 4 MiB bound: 256 blocks at least), so that the last batch's mallocs
  *            return the one before's frees in reverse order, where a
  *            batch past the tcache would empty its slabs and make new ones.
  *   no_thp   the regions that hold small and Large blocks (the first one,
@@ -172,8 +167,7 @@
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
  *        arena, arena_grow, lend, lend_clean, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
- *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch, large_batch,
- *        mid_batch)
+ *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch, mid_batch)
  */
 #include "testutil.h"
 
@@ -1530,14 +1524,6 @@ static int batch_lifo(int n, size_t sz, int rounds)
   return kept;
 }
 
-static void test_large_batch(void)
-{
-  enum { N = 200 };
-  int kept = batch_lifo(N, 128 * 1024 - 100, 3);
-  CHECKF(kept == N, "%d of %d blocks of 128 KiB came back from the lists in reverse order of their frees", kept, N);
-  printf("test_memory large_batch: %d blocks of 128 KiB (25 MiB) freed and taken back from the owner's lists: OK\n", N);
-}
-
 static void test_mid_batch(void)
 {
   enum { N = 200 };
@@ -1633,7 +1619,6 @@ static const tu_case_t cases[] = {
   {"thread_cost", test_thread_cost, 0},
   {"teardown", test_teardown, 0},
   {"big_batch", test_big_batch, TU_BY_NAME},
-  {"large_batch", test_large_batch, TU_BY_NAME},
   {"mid_batch", test_mid_batch, TU_BY_NAME},
 };
 
