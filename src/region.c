@@ -157,9 +157,8 @@ static size_t pool_cap(void) { return MIN((size_t)hak_option(OPT_POOL_REGIONS), 
 /* Past the bound, a region freed within the purge delay still waits in the
  * pool, resident, until its purge, when it goes: a program that frees and
  * takes back more regions than the bound at a time (a batch of big blocks)
- * takes them back with no system call, where they were unmapped and mapped
- * again each time. Once the pool is full, or with purging at once or
- * never, the oldest goes at once. */
+ * takes them back with no system call. Once the pool is full, or with
+ * purging at once or never, the oldest goes at once. */
 void region_put(char *base, size_t mapped, uint64_t now) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   if (delay == 0) os_purge(base, mapped), now = 0;
