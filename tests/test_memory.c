@@ -144,15 +144,16 @@
  *   big_batch  96 blocks of 1 MiB (32 regions, past the pool's 16)
  *            written at both ends and freed, 20 times: after the first
  *            batch, no mmap call (the regions each batch empties wait in
- *            the pool past its bound until their purge, where they were
- *            unmapped); then, the program allocating a little, its
+ *            the pool past its bound until their purge); then, the
+ *            program allocating a little, its
  *            address space falls back within the pool's 64 MiB (and 8 MiB)
  *            of the start within two seconds (HAKMEM_LEARN=0).
  *   mid_batch  200 blocks of 32 KiB (slabs of 8) freed and allocated
  *            again, ten times: the tcache grows to hold the batch (past
- *            its 4 MiB bound: 256 blocks at least), so that the last batch's mallocs
- *            return the one before's frees in reverse order, where a
- *            batch past the tcache would empty its slabs and make new ones.
+ *            its 4 MiB bound: 256 blocks at least), so that the last
+ *            batch's mallocs return the one before's frees in reverse
+ *            order, where a batch past the tcache would empty its slabs
+ *            and make new ones.
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, a thread's, and regions taken back from the pool after
  *            a trim) are advised off transparent huge pages
@@ -1503,31 +1504,20 @@ static void test_big_batch(void)
          "them, +%zu MiB once the pool let them go: OK\n", ROUNDS, N, mib(vm1 - vm0), mib(vm - vm0));
 }
 
-/* n blocks of sz bytes freed and allocated again, rounds times: how many of
- * the last round's mallocs returned the round before's frees in reverse
- * order. */
-static int batch_lifo(int n, size_t sz, int rounds)
-{
-  char **p = (char **)slot_array((size_t)n), **q = (char **)slot_array((size_t)n);
-  int kept = 0;
-  for (int r = 0; r < rounds; r++) {
-    for (int i = 0; i < n; i++) {
-      q[i] = A(malloc)(sz);
-      CHECK(q[i] != NULL);
-      q[i][0] = q[i][sz - 1] = (char)r;
-    }
-    for (int i = 0; r == rounds - 1 && i < n; i++) kept += q[i] == p[n - 1 - i];
-    for (int i = 0; i < n; i++) A(free)(p[i] = q[i]);
-  }
-  munmap(p, (size_t)n * sizeof *p);
-  munmap(q, (size_t)n * sizeof *q);
-  return kept;
-}
-
 static void test_mid_batch(void)
 {
-  enum { N = 200 };
-  int kept = batch_lifo(N, 32 * 1024, 10);
+  enum { N = 200, SZ = 32 * 1024, ROUNDS = 10 };
+  char *p[N] = {0}, *q[N];
+  int kept = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int i = 0; i < N; i++) {
+      q[i] = A(malloc)(SZ);
+      CHECK(q[i] != NULL);
+      q[i][0] = q[i][SZ - 1] = (char)r;
+    }
+    for (int i = 0; r == ROUNDS - 1 && i < N; i++) kept += q[i] == p[N - 1 - i];
+    for (int i = 0; i < N; i++) A(free)(p[i] = q[i]);
+  }
   CHECKF(kept == N, "%d of %d blocks of 32 KiB came back from the tcache in reverse order of their frees", kept, N);
   printf("test_memory mid_batch: %d blocks of 32 KiB (6.25 MiB) freed and taken back from the tcache: OK\n", N);
 }
