@@ -124,8 +124,9 @@ void region_space_free(char *base, size_t size, size_t mapped);
  * header done. *advised: the bytes from its start that huge pages are
  * already kept off (a pooled region's, before it grew: 0 for a new one). */
 char *region_get(size_t first, size_t *mapped, bool *dirty, size_t *advised);
-/* An empty region to the pool (its pages dirty since now), or back to the OS
- * when the pool is full. */
+/* An empty region to the pool (its pages dirty since now): past the pool's
+ * bound it waits there until its purge, then goes back to the OS (at once
+ * when the pool is full, or with purging at once or never). */
 void region_put(char *base, size_t mapped, uint64_t now);
 /* Purges pooled regions dirty for delay ms; unmap: unmaps them all. Returns
  * the bytes given back; *pending: whether dirty ones remain. */

@@ -145,9 +145,9 @@
  *            written at both ends and freed, 20 times: after the first
  *            batch, no mmap call (the regions each batch empties wait in
  *            the pool past its bound until their purge); then, the
- *            program allocating a little, its
- *            address space falls back within the pool's 64 MiB (and 8 MiB)
- *            of the start within two seconds (HAKMEM_LEARN=0).
+ *            program allocating a little, its address space falls back
+ *            within the pool's 64 MiB (and 8 MiB) of the start within two
+ *            seconds (HAKMEM_LEARN=0).
  *   mid_batch  200 blocks of 32 KiB (slabs of 8) freed and allocated
  *            again, ten times: the tcache grows to hold the batch (past
  *            its 4 MiB bound: 256 blocks at least), so that the last
@@ -186,20 +186,23 @@ static void free_all(void **slots, size_t n)
   for (size_t i = 0; i < n; i++) A(free)(slots[i]);
 }
 
-/* Waits up to `ms` for resident memory to fall to at most `limit`; with
+/* Waits up to `ms` for what `measure` reads (resident memory, address
+ * space) to fall to at most `limit`; with
  * active, the program allocates meanwhile (a Large block allocated and freed
  * a few times every 10 ms, slow paths that return what is due), else it
  * makes no call at all. */
-static size_t wait_rss(size_t limit, int ms, int active)
+static size_t wait_until(size_t (*measure)(void), size_t limit, int ms, int active)
 {
-  size_t rss = tu_rss();
-  for (int waited = 0; rss > limit && waited < ms; waited += 10) {
+  size_t now = measure();
+  for (int waited = 0; now > limit && waited < ms; waited += 10) {
     for (int i = 0; active && i < 32; i++) A(free)(tu_launder(A(malloc)(40000)));
     usleep(10000);
-    rss = tu_rss();
+    now = measure();
   }
-  return rss;
+  return now;
 }
+static size_t address_space(void) { return tu_statm(0); }
+#define wait_rss(limit, ms, active) wait_until(tu_rss, limit, ms, active)
 #define wait_rss_below(limit, ms) wait_rss(limit, ms, 1)
 
 /* Threads of this process now (/proc/self/task). */
@@ -1487,13 +1490,9 @@ static void test_big_batch(void)
   }
   maps = tu_stat("mmap") - maps;
   CHECKF(maps == 0, "%d batches of %d x 1 MiB after the first: %ld mmap calls", ROUNDS - 1, N, maps);
-  size_t vm1 = tu_statm(0), vm = vm1;
+  size_t vm1 = tu_statm(0);
   CHECKF(vm1 >= vm0 + N * MiB, "%d x 1 MiB took %zu MiB of address space", N, mib(vm1 - vm0));
-  for (int waited = 0; waited < 2000 && vm > vm0 + 72 * MiB; waited += 10) {
-    for (int i = 0; i < 32; i++) A(free)(tu_launder(A(malloc)(40000)));
-    usleep(10000);
-    vm = tu_statm(0);
-  }
+  size_t vm = wait_until(address_space, vm0 + 72 * MiB, 2000, 1);
   CHECKF(vm <= vm0 + 72 * MiB, "address space %zu MiB above the start 2 s after the last batch (%zu MiB then)",
          mib(vm - vm0), mib(vm1 - vm0));
   printf("test_memory big_batch: %d batches of %d x 1 MiB, no mmap after the first; address space +%zu MiB after "
