@@ -167,7 +167,7 @@ static bool arena_new(shard_t *sh, size_t n) {
   }
   hak_unlock(&huge_lock);
   if (k >= 0) {
-    run_chunk_add(&sh->runs, &a->chunk, base, (uint32_t)units, (uint32_t)(mapped >> UNIT_BITS), a->meta, true, 0);
+    run_chunk_add(&sh->runs, &a->chunk, base, (uint32_t)units, (uint32_t)(mapped >> UNIT_BITS), a->meta, 0);
     a->next = sh->arenas;
     sh->arenas = a;
     if (mapped < size) sh->growing = a;

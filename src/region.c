@@ -255,8 +255,11 @@ bool region_new(run_heap_t *pages, void *owner) {
   uint32_t hp = region_header_pages(), total = (uint32_t)(REGION_SIZE >> os_page_log2());
   /* A unit no slab holds reads zero, its own head with no owner: a pointer
    * into it fails free's owner test and is looked up, never trusted. A
-   * fresh or purged region's header is zero already, untouched. */
-  if (dirty) __builtin_memset(r->slabs, 0, sizeof r->slabs);
+   * fresh or purged region's header is zero already, untouched; a pooled
+   * one's, but for the descriptors its slabs wrote. */
+  if (dirty)
+    for (uint64_t m = r->slab_units; m; m &= m - 1) __builtin_memset(&r->slabs[__builtin_ctzll(m)], 0, sizeof(slab_t));
+  r->slab_units = 0;
   if (HAKMEM_SECURE) { /* guard pages on both sides of the header */
     os_protect_none(base, os_page_size());
     os_protect_none(base + ((size_t)(hp - 1) << os_page_log2()), os_page_size());
@@ -264,7 +267,7 @@ bool region_new(run_heap_t *pages, void *owner) {
   r->mapped = mapped;
   r->owner = owner;
   run_chunk_add(pages, &r->pages, base + ((size_t)hp << os_page_log2()), total - hp,
-                (uint32_t)(mapped >> os_page_log2()) - hp, r->page_meta, !dirty, dirty ? os_now_ms() : 0);
+                (uint32_t)(mapped >> os_page_log2()) - hp, r->page_meta, dirty ? os_now_ms() : 0);
   map_set(base, REGION_SIZE, MAP_REGION);
   return true;
 }
@@ -292,6 +295,7 @@ slab_t *region_span_alloc(run_heap_t *pages, size_t n, bool *dirty) {
   region_t *r = region_of(run.chunk);
   size_t first = (size_t)(run_addr(run) - (char *)r) >> UNIT_SHIFT;
   slab_t *s = &r->slabs[first];
+  r->slab_units |= (n < 64 ? ((uint64_t)1 << n) - 1 : ~(uint64_t)0) << first;
   for (size_t i = 1; i < n; i++) r->slabs[first + i].head = s;
   s->units = (uint8_t)n;
   *dirty = run.dirty;

@@ -39,6 +39,9 @@ typedef struct region_s {
   run_chunk_t pages;          /* the pages after the header */
   size_t mapped;              /* bytes mapped from the region's start */
   void *owner;                /* the heap whose run heap holds it */
+  /* Bit u: unit u's descriptor may have been written since the header last
+   * read zero (sticky): a pooled region's reuse clears only those. */
+  uint64_t slab_units;
   /* Bit u: unit u's row of remote_bits may have been written (sticky).
    * A slab's start clears only such rows: reading a never-written row
    * would make its page resident for nothing. */

@@ -186,7 +186,7 @@ static void chunk_extend(run_chunk_t *c, uint32_t limit, uint64_t dirty_ms) {
 }
 
 void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, uint32_t limit, void *mem,
-                   bool mem_zero, uint64_t dirty_ms) {
+                   uint64_t dirty_ms) {
   /* the bitmap every operation reads, then the nodes, whose pool hands out
    * its first slots first, so that a chunk that holds a few runs touches
    * one page of both; then the pages' entries */
@@ -197,13 +197,8 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   m += ((size_t)pages / 2 + 1) * sizeof(run_node_t);
   c->pg = (run_page_t *)m;
   c->node_free = c->node_top = 0;
-  /* an entry's node and last_of are set before they are read, its len and
-   * live read as they are (live zero: fresh memory, or a chunk that held
-   * no allocated run) */
-  if (!mem_zero) {
-    for (uint32_t i = 0; i < pages; i++) c->pg[i].len = 0;
-    __builtin_memset(c->bits, 0, (pages + 63) / 64 * 2 * sizeof(uint64_t));
-  }
+  /* an entry's node and last_of are set before they are read; its len and
+   * live, and the bitmap, read zero (run_chunk_add's contract) */
   c->base = base;
   c->pages = pages;
   c->limit = 0;
@@ -218,10 +213,24 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
 
 void run_chunk_grow(run_chunk_t *c, uint32_t limit) { chunk_extend(c, limit, 0); }
 
+/* Whether c's page entries (len, live) and bitmap read zero. */
+static bool chunk_reads_zero(const run_chunk_t *c) {
+  for (uint32_t i = 0; i < c->pages; i++)
+    if (c->pg[i].len || c->pg[i].live) return false;
+  for (uint32_t i = 0; i < (c->pages + 63) / 64 * 2; i++)
+    if (c->bits[i]) return false;
+  return true;
+}
+
 void run_chunk_remove(run_chunk_t *c) {
   run_heap_t *h = c->heap;
   hak_assert(c->used == 0);
-  for (uint32_t s = 0; s < c->limit; s += c->pg[s].len) free_remove(c, s);
+  for (uint32_t s = 0, n; s < c->limit; s += n) {
+    n = c->pg[s].len;
+    free_remove(c, s);
+    c->pg[s].len = 0;
+  }
+  hak_assert_expensive(chunk_reads_zero(c));
   if (c->prev) c->prev->next = c->next;
   else h->chunks = c->next;
   if (c->next) c->next->prev = c->prev;

@@ -130,14 +130,16 @@ hak_inline size_t run_chunk_meta_bytes(uint32_t pages) { return RUN_CHUNK_META_B
 
 void run_heap_init(run_heap_t *h, unsigned page_shift);
 /* Adds chunk c, its metadata in mem (run_chunk_meta_bytes(pages) bytes, 8-byte
- * aligned; mem_zero: it reads zero, fresh or purged, and is touched only
- * where used), its pages at base. Pages [0, limit) start as one free run,
- * dirty since dirty_ms (0: clean, never touched or purged). */
+ * aligned, reading zero: fresh, purged, or left so by run_chunk_remove; it
+ * is touched only where used), its pages at base. Pages [0, limit) start
+ * as one free run, dirty since dirty_ms (0: clean, never touched or
+ * purged). */
 void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, uint32_t limit, void *mem,
-                   bool mem_zero, uint64_t dirty_ms);
+                   uint64_t dirty_ms);
 /* Manages pages [c->limit, limit) too (now mapped), as a clean free run. */
 void run_chunk_grow(run_chunk_t *c, uint32_t limit);
-/* Takes c, which holds no allocated run, out of its heap. */
+/* Takes c, which holds no allocated run, out of its heap; its metadata
+ * reads zero then, for run_chunk_add again. */
 void run_chunk_remove(run_chunk_t *c);
 
 /* A run of n pages whose address is a multiple of align pages (a power of
