@@ -198,7 +198,7 @@ void run_chunk_add(run_heap_t *h, run_chunk_t *c, char *base, uint32_t pages, ui
   c->pg = (run_page_t *)m;
   c->node_free = c->node_top = 0;
   /* an entry's node and last_of are set before they are read; its len and
-   * live, and the bitmap, read zero (run_chunk_add's contract) */
+   * live, and the bitmap, read zero as mem is given */
   c->base = base;
   c->pages = pages;
   c->limit = 0;

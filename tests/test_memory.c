@@ -1458,19 +1458,25 @@ static void test_exit_trim(void)
          (rss1 - rss0) / KiB);
 }
 
-/* Threads on small stacks, held at once: N that never allocate, then N
- * that each hold one small block; the main thread reads the resident
- * memory each group added. */
+/* Held at once: N threads that never allocate, then N that each hold one
+ * small block; the main thread reads the resident memory each group added. */
 static pthread_barrier_t thread_cost_idle, thread_cost_held, thread_cost_done;
+
+static void *thread_cost_idle_thread(void *arg)
+{
+  (void)arg;
+  pthread_barrier_wait(&thread_cost_idle);
+  pthread_barrier_wait(&thread_cost_done);
+  return NULL;
+}
 
 static void *thread_cost_thread(void *arg)
 {
-  void *p = NULL;
-  if (arg) {
-    CHECK((p = A(malloc)(64)) != NULL);
-    memset(p, 1, 64);
-  }
-  pthread_barrier_wait(arg ? &thread_cost_held : &thread_cost_idle);
+  (void)arg;
+  void *p = A(malloc)(64);
+  CHECK(p != NULL);
+  memset(p, 1, 64);
+  pthread_barrier_wait(&thread_cost_held);
   pthread_barrier_wait(&thread_cost_done);
   A(free)(p);
   return NULL;
@@ -1553,23 +1559,19 @@ static void test_thread_cost(void)
 {
   enum { N = 64 };
   pthread_t idle[N], held[N];
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 64 * KiB);
   pthread_barrier_init(&thread_cost_idle, NULL, N + 1);
   pthread_barrier_init(&thread_cost_held, NULL, N + 1);
   pthread_barrier_init(&thread_cost_done, NULL, 2 * N + 1);
   size_t rss0 = tu_rss();
-  for (int i = 0; i < N; i++) CHECK(pthread_create(&idle[i], &attr, thread_cost_thread, NULL) == 0);
+  start_small_threads(idle, N, thread_cost_idle_thread);
   pthread_barrier_wait(&thread_cost_idle);
   size_t rss1 = tu_rss();
-  for (int i = 0; i < N; i++) CHECK(pthread_create(&held[i], &attr, thread_cost_thread, (void *)1) == 0);
+  start_small_threads(held, N, thread_cost_thread);
   pthread_barrier_wait(&thread_cost_held);
   size_t rss2 = tu_rss(), base = (rss1 - rss0) / N, per = (rss2 - rss1) / N;
   pthread_barrier_wait(&thread_cost_done);
   join_threads(idle, N);
   join_threads(held, N);
-  pthread_attr_destroy(&attr);
   pthread_barrier_destroy(&thread_cost_idle);
   pthread_barrier_destroy(&thread_cost_held);
   pthread_barrier_destroy(&thread_cost_done);
