@@ -215,11 +215,41 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
   return n;
 }
 
+/* A class of blocks above a page has its carves populated only where the
+ * program was seen writing its blocks whole: at least 7/8 of the pages of
+ * the blocks carved from a fresh slab were resident by its next carve past
+ * DENSITY_SAMPLE bytes, or once it ran out. The first slab of a class in a
+ * heap, and one slab in DENSITY_PROBE_EVERY after it, are carved
+ * unpopulated until that look, so that the evidence comes from the program
+ * and follows it; the look marks s->populated, which the others start at
+ * NULL. */
+#define DENSITY_SAMPLE ((size_t)32 << 10)
+#define DENSITY_PROBE_EVERY 8
+static bool slab_probes_density(const heap_t *heap, const slab_t *s) {
+  if (!(heap->density_known >> s->cls & 1)) return true;
+  return ((uintptr_t)s >> 6) * UINT64_C(0x9E3779B97F4A7C15) >> 58 < 64 / DENSITY_PROBE_EVERY;
+}
+static void heap_learn_density(heap_t *heap, slab_t *s) {
+  size_t carved = (size_t)(s->bump - slab_first(s));
+  if (s->bsize <= os_page_size() || !s->fresh || s->populated != NULL || carved < DENSITY_SAMPLE ||
+      !slab_probes_density(heap, s))
+    return;
+  uint64_t mask = UINT64_C(1) << s->cls;
+  bool dense = os_resident(slab_first(s), carved) >= carved / 8 * 7;
+  heap->density_known |= mask;
+  heap->dense_classes = dense ? heap->dense_classes | mask : heap->dense_classes & ~mask;
+  s->populated = s->bump;
+}
+static bool slab_populates_whole(const heap_t *heap, const slab_t *s) {
+  return heap->dense_classes >> s->cls & 1 && (s->populated != NULL || !slab_probes_density(heap, s));
+}
+
 /* A hot class's carve populates its pages in one call: a fault a page costs
  * more. A cold one (a class's first carves) leaves them to fault: a call
  * for its page or two saves nothing, and would be a system call for every
  * slab a class starts. Only where every page holds a block's start, which
- * the carve's link writes anyway: a page inside a larger block stays
+ * the carve's link writes anyway, or where the class's blocks were seen
+ * written whole (above): otherwise a page inside a larger block stays
  * untouched until the program writes it. A populate holds the address
  * space's lock (mmap_lock) for reading, where a trapped fault locks only
  * its mapping: with more than POPULATE_MAX_RUNNING threads able to run at
@@ -232,12 +262,11 @@ static size_t heap_carve_count(heap_t *heap, unsigned cls) {
  * still in its first such slab gets as much as the slab has carved, so that
  * a class that stops growing leaves at most its own size populated unused. */
 #define POPULATE_AHEAD ((size_t)64 << 10)
-static unsigned carve_populate_pages(size_t bsize, bool hot) {
-  if (!hot || bsize > os_page_size() || MIN(heap_threads_running(), os_cpu_count()) > POPULATE_MAX_RUNNING) return 0;
-  return 1;
+static unsigned carve_populate_pages(bool populate) {
+  return populate && MIN(heap_threads_running(), os_cpu_count()) <= POPULATE_MAX_RUNNING;
 }
-static size_t carve_ahead(const heap_t *heap, const slab_t *s, bool hot) {
-  if (!hot) return 0;
+static size_t carve_ahead(const heap_t *heap, const slab_t *s, bool populate) {
+  if (!populate || s->bsize > os_page_size()) return 0;
   if (heap->grown_classes >> s->cls & 1) return POPULATE_AHEAD;
   return MIN(POPULATE_AHEAD, (size_t)(s->bump - slab_first(s)));
 }
@@ -253,11 +282,17 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   }
   if (s->bump >= slab_blocks_end(s)) {
     if (heap->carve_n[s->cls] >= carve_hot(s->cls)) heap->grown_classes |= UINT64_C(1) << s->cls;
+    heap_learn_density(heap, s);
     return false;
   }
+  heap_learn_density(heap, s);
   size_t n = heap_carve_count(heap, s->cls);
-  bool hot = n >= carve_hot(s->cls);
-  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(s->bsize, hot), carve_ahead(heap, s, hot));
+  /* a class above a page populates where seen written whole, then even cold (a carve of it is pages), at most
+   * POPULATE_AHEAD a carve: the blocks of a carve not yet taken stay absent */
+  bool populate = n >= carve_hot(s->cls);
+  if (s->bsize > os_page_size() && (populate = s->fresh && slab_populates_whole(heap, s)))
+    n = MIN(n, MAX(1, POPULATE_AHEAD / s->bsize));
+  heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(populate), carve_ahead(heap, s, populate));
   return true;
 }
 
@@ -989,7 +1024,7 @@ heap_t *heap_init_thread(void) {
     h->next_abandoned = NULL;
     __builtin_memset(h->carve_n, 0, sizeof h->carve_n); /* a new thread starts small */
     __builtin_memset(h->foreign_more, 0, sizeof h->foreign_more);
-    h->grown_classes = 0;
+    h->grown_classes = h->density_known = h->dense_classes = 0;
     stat_inc(heaps_adopted);
   } else if ((h = heap_new()) == NULL) {
     return NULL;

@@ -155,6 +155,12 @@
  *            batch's mallocs return the one before's frees in reverse
  *            order, where a batch past the tcache would empty its slabs
  *            and make new ones.
+ *   mid_pages  1,600 blocks of 20,000 B (five pages) written only at
+ *            their first and last byte: resident memory grows by at most
+ *            0.65x their bytes (the pages between stay absent); then 1,600
+ *            written whole: at most 1.1x, and their carves populated ahead
+ *            of the writes (one madvise call a 64 KiB at least, where the
+ *            sparse ones made under one a MiB).
  *   no_thp   the regions that hold small and Large blocks (the first one,
  *            grown, a thread's, and regions taken back from the pool after
  *            a trim) are advised off transparent huge pages
@@ -1526,6 +1532,46 @@ static void test_mid_batch(void)
   printf("test_memory mid_batch: %d blocks of 32 KiB (6.25 MiB) freed and taken back from the tcache: OK\n", N);
 }
 
+/* One phase of mid_pages: n blocks of sz written whole or at both ends;
+ * returns the resident growth and sets *calls to the madvise calls made. */
+static size_t mid_pages_phase(char **p, int n, size_t sz, bool whole, long *calls)
+{
+  size_t rss0 = tu_rss();
+  long m0 = tu_stat("madvise");
+  for (int i = 0; i < n; i++) {
+    p[i] = A(malloc)(sz);
+    CHECK(p[i] != NULL);
+    if (whole) memset(p[i], 1, sz);
+    else p[i][0] = p[i][sz - 1] = 1;
+  }
+  *calls = tu_stat("madvise") - m0;
+  size_t rss1 = tu_rss();
+  return rss1 > rss0 ? rss1 - rss0 : 0;
+}
+
+static void test_mid_pages(void)
+{
+  enum { N = 1600, SZ = 20000 };
+  static char *sparse[N], *dense[N];
+  long sparse_calls, dense_calls;
+  size_t bytes = (size_t)N * SZ, sparse_rss = mid_pages_phase(sparse, N, SZ, false, &sparse_calls);
+  size_t dense_rss = mid_pages_phase(dense, N, SZ, true, &dense_calls);
+  CHECKF(sparse_rss <= bytes / 100 * 65, "%d x %d B written at both ends: resident +%zu KiB for %zu KiB of blocks", N,
+         SZ, sparse_rss / KiB, bytes / KiB);
+  CHECKF(dense_rss <= bytes / 10 * 11, "%d x %d B written whole: resident +%zu KiB for %zu KiB of blocks", N, SZ,
+         dense_rss / KiB, bytes / KiB);
+  CHECKF(sparse_calls <= (long)(bytes / MiB) && dense_calls >= (long)(bytes / (64 * KiB)) / 2,
+         "madvise calls: %ld for the blocks written at both ends, %ld for those written whole", sparse_calls,
+         dense_calls);
+  for (int i = 0; i < N; i++) {
+    CHECK(sparse[i][0] == 1 && sparse[i][SZ - 1] == 1 && dense[i][SZ / 2] == 1);
+    A(free)(sparse[i]);
+    A(free)(dense[i]);
+  }
+  printf("test_memory mid_pages: %d x %d B at both ends +%zu KiB resident, %ld madvise; written whole +%zu KiB, "
+         "%ld madvise: OK\n", N, SZ, sparse_rss / KiB, sparse_calls, dense_rss / KiB, dense_calls);
+}
+
 static void test_teardown(void)
 {
   enum { N = 200000, SIZE = 48 };
@@ -1622,6 +1668,7 @@ static const tu_case_t cases[] = {
   {"teardown", test_teardown, 0},
   {"big_batch", test_big_batch, TU_BY_NAME},
   {"mid_batch", test_mid_batch, TU_BY_NAME},
+  {"mid_pages", test_mid_pages, TU_BY_NAME},
 };
 
 int main(int argc, char **argv) { return tu_main(argc, argv, cases, sizeof cases / sizeof *cases, "[seconds]"); }
