@@ -238,37 +238,35 @@ static void heap_learn_density(heap_t *heap, slab_t *s) {
   bool dense = os_resident(slab_first(s), carved) >= carved / 8 * 7;
   heap->density_known |= mask;
   heap->dense_classes = dense ? heap->dense_classes | mask : heap->dense_classes & ~mask;
-  s->populated = s->bump;
+  s->populated = (char *)os_page_round((uintptr_t)s->bump);
 }
 static bool slab_populates_whole(const heap_t *heap, const slab_t *s) {
   return heap->dense_classes >> s->cls & 1 && (s->populated != NULL || !slab_probes_density(heap, s));
 }
 
-/* A hot class's carve populates its pages in one call: a fault a page costs
- * more. A cold one (a class's first carves) leaves them to fault: a call
- * for its page or two saves nothing, and would be a system call for every
- * slab a class starts. Only where every page holds a block's start, which
- * the carve's link writes anyway, or where the class's blocks were seen
- * written whole (above): otherwise a page inside a larger block stays
- * untouched until the program writes it. A populate holds the address
- * space's lock (mmap_lock) for reading, where a trapped fault locks only
- * its mapping: with more than POPULATE_MAX_RUNNING threads able to run at
- * once (threads holding a heap, processors in the affinity mask) the
- * populating threads queue on it, and carves leave their pages to fault. */
+/* A carve populates its pages in one call (a fault a page costs more)
+ * where the class is hot or has run through a slab before; a class's first
+ * carves leave them to fault: a call for its page or two saves nothing, and
+ * would be a system call for every slab a class starts. Only where every
+ * page holds a block's start, which the carve's link writes anyway, or
+ * where the class's blocks were seen written whole (above): otherwise a
+ * page inside a larger block stays untouched until the program writes it.
+ * A populate holds the address space's lock (mmap_lock) for reading, where
+ * a trapped fault locks only its mapping: with more than
+ * POPULATE_MAX_RUNNING threads able to run at once (threads holding a
+ * heap, processors in the affinity mask) the populating threads queue on
+ * it, and carves leave their pages to fault. */
 #define POPULATE_MAX_RUNNING 4
-/* A hot class's carve also populates up to this much of its slab past the
- * carve: a growing class carves it soon, and one call then serves several
- * carves. A class that ran through a slab while hot gets all of it; one
- * still in its first such slab gets as much as the slab has carved, so that
- * a class that stops growing leaves at most its own size populated unused. */
+/* A class that ran through a slab while hot also has up to this much of its
+ * slab past the carve populated: it carves it soon, and one call then
+ * serves several carves. Any other class populates its carve alone, so that
+ * one that stops growing leaves no page populated that no block holds. */
 #define POPULATE_AHEAD ((size_t)64 << 10)
 static unsigned carve_populate_pages(bool populate) {
   return populate && MIN(heap_threads_running(), os_cpu_count()) <= POPULATE_MAX_RUNNING;
 }
 static size_t carve_ahead(const heap_t *heap, const slab_t *s, bool populate) {
-  if (!populate || s->bsize > os_page_size()) return 0;
-  if (heap->grown_classes >> s->cls & 1) return POPULATE_AHEAD;
-  return MIN(POPULATE_AHEAD, (size_t)(s->bump - slab_first(s)));
+  return populate && s->bsize <= os_page_size() && heap->grown_classes >> s->cls & 1 ? POPULATE_AHEAD : 0;
 }
 
 /* Whether s can serve an allocation, carving fresh blocks if its list is
@@ -282,6 +280,7 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   }
   if (s->bump >= slab_blocks_end(s)) {
     if (heap->carve_n[s->cls] >= carve_hot(s->cls)) heap->grown_classes |= UINT64_C(1) << s->cls;
+    heap->filled_classes |= UINT64_C(1) << s->cls;
     heap_learn_density(heap, s);
     return false;
   }
@@ -289,7 +288,7 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   size_t n = heap_carve_count(heap, s->cls);
   /* a class above a page populates where seen written whole, then even cold (a carve of it is pages), at most
    * POPULATE_AHEAD a carve: the blocks of a carve not yet taken stay absent */
-  bool populate = n >= carve_hot(s->cls);
+  bool populate = n >= carve_hot(s->cls) || heap->filled_classes >> s->cls & 1;
   if (s->bsize > os_page_size() && (populate = s->fresh && slab_populates_whole(heap, s)))
     n = MIN(n, MAX(1, POPULATE_AHEAD / s->bsize));
   heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(populate), carve_ahead(heap, s, populate));
@@ -1024,7 +1023,7 @@ heap_t *heap_init_thread(void) {
     h->next_abandoned = NULL;
     __builtin_memset(h->carve_n, 0, sizeof h->carve_n); /* a new thread starts small */
     __builtin_memset(h->foreign_more, 0, sizeof h->foreign_more);
-    h->grown_classes = h->density_known = h->dense_classes = 0;
+    h->grown_classes = h->filled_classes = h->density_known = h->dense_classes = 0;
     stat_inc(heaps_adopted);
   } else if ((h = heap_new()) == NULL) {
     return NULL;

@@ -88,6 +88,7 @@ struct heap_s {
   uint32_t carve_at[NUM_CLASSES];   /* the clock at each class's last carve */
   uint16_t carve_n[NUM_CLASSES];    /* blocks of the class's next carve; 0: not yet */
   uint64_t grown_classes;           /* bit cls: hot since it ran through a slab's fresh blocks */
+  uint64_t filled_classes;          /* bit cls: ran through a slab's fresh blocks, hot or not */
   uint64_t density_known;           /* bit cls: a fresh slab of it was run through (heap_learn_density) */
   uint64_t dense_classes;           /* bit cls: that slab's pages were nearly all resident */
   uint64_t sparse_at_ms;            /* when the sparse slabs were last purged */

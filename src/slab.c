@@ -52,7 +52,8 @@ size_t slab_carve(slab_t *s, size_t n, unsigned populate_pages, size_t ahead) {
               to = os_page_round((uintptr_t)(last + bsize));
     /* one call instead of a fault a page, where there are enough pages */
     if (populate_pages && to >= from + (populate_pages << os_page_log2())) {
-      to = MIN(to + ahead, (uintptr_t)slab_start(s) + (size_t)s->units * UNIT_SIZE);
+      to = MIN(os_page_round(to + ahead), (uintptr_t)slab_start(s) + (size_t)s->units * UNIT_SIZE);
+      hak_assert((from | to) % os_page_size() == 0); /* else EINVAL, which turns populating off for good */
       os_populate((void *)from, to - from);
       s->populated = (char *)to;
     }

@@ -155,7 +155,8 @@
  *            batch's mallocs return the one before's frees in reverse
  *            order, where a batch past the tcache would empty its slabs
  *            and make new ones.
- *   mid_pages  1,600 blocks of 20,000 B (five pages) written only at
+ *   mid_pages  after 1,600 blocks of 300 B (a hot class populating ahead),
+ *            1,600 blocks of 20,000 B (five pages) written only at
  *            their first and last byte: resident memory grows by at most
  *            0.65x their bytes (the pages between stay absent); then 1,600
  *            written whole: at most 1.1x, and their carves populated ahead
@@ -1552,8 +1553,9 @@ static size_t mid_pages_phase(char **p, int n, size_t sz, bool whole, long *call
 static void test_mid_pages(void)
 {
   enum { N = 1600, SZ = 20000 };
-  static char *sparse[N], *dense[N];
+  static char *sparse[N], *dense[N], *small[N];
   long sparse_calls, dense_calls;
+  for (int i = 0; i < N; i++) CHECK((small[i] = A(malloc)(300)) != NULL); /* a hot class populating ahead first */
   size_t bytes = (size_t)N * SZ, sparse_rss = mid_pages_phase(sparse, N, SZ, false, &sparse_calls);
   size_t dense_rss = mid_pages_phase(dense, N, SZ, true, &dense_calls);
   CHECKF(sparse_rss <= bytes / 100 * 65, "%d x %d B written at both ends: resident +%zu KiB for %zu KiB of blocks", N,
@@ -1567,6 +1569,7 @@ static void test_mid_pages(void)
     CHECK(sparse[i][0] == 1 && sparse[i][SZ - 1] == 1 && dense[i][SZ / 2] == 1);
     A(free)(sparse[i]);
     A(free)(dense[i]);
+    A(free)(small[i]);
   }
   printf("test_memory mid_pages: %d x %d B at both ends +%zu KiB resident, %ld madvise; written whole +%zu KiB, "
          "%ld madvise: OK\n", N, SZ, sparse_rss / KiB, sparse_calls, dense_rss / KiB, dense_calls);
