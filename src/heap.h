@@ -89,8 +89,8 @@ struct heap_s {
   uint16_t carve_n[NUM_CLASSES];    /* blocks of the class's next carve; 0: not yet */
   uint64_t grown_classes;           /* bit cls: hot since it ran through a slab's fresh blocks */
   uint64_t filled_classes;          /* bit cls: ran through a slab's fresh blocks, hot or not */
-  uint64_t density_known;           /* bit cls: a fresh slab of it was run through (heap_learn_density) */
-  uint64_t dense_classes;           /* bit cls: that slab's pages were nearly all resident */
+  uint64_t density_known;           /* bit cls: a fresh slab of it was sampled (heap_learn_density) */
+  uint64_t dense_classes;           /* bit cls: the last sample found its pages nearly all resident */
   uint64_t sparse_at_ms;            /* when the sparse slabs were last purged */
   _Atomic uint64_t active_ms;       /* when the owner last looked at the clock (remote wipes read it) */
   _Atomic uint32_t collects;        /* times the owner took its inbox (remote wipes read it) */
