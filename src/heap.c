@@ -288,9 +288,10 @@ static bool heap_slab_ready(heap_t *heap, slab_t *s) {
   size_t n = heap_carve_count(heap, s->cls);
   /* a class above a page populates where seen written whole, then even cold (a carve of it is pages), at most
    * POPULATE_AHEAD a carve: the blocks of a carve not yet taken stay absent */
-  bool populate = n >= carve_hot(s->cls) || heap->filled_classes >> s->cls & 1;
-  if (s->bsize > os_page_size() && (populate = s->fresh && slab_populates_whole(heap, s)))
-    n = MIN(n, MAX(1, POPULATE_AHEAD / s->bsize));
+  bool small = s->bsize <= os_page_size();
+  bool populate = small ? n >= carve_hot(s->cls) || heap->filled_classes >> s->cls & 1
+                        : s->fresh && slab_populates_whole(heap, s);
+  if (populate && !small) n = MIN(n, MAX(1, POPULATE_AHEAD / s->bsize));
   heap->carved = (uint32_t)slab_carve(s, n, carve_populate_pages(populate), carve_ahead(heap, s, populate));
   return true;
 }
