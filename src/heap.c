@@ -1191,14 +1191,14 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay) {
 
 /* Whether h lends the run, a freed run of class cls that its cache keeps
  * or resident free pages: locked then, and only then. */
-static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, bool resident,
+static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align, int cls, bool resident,
                        run_t *r) {
   if (h == self) return false;
   bool cached = cls >= 0 && __atomic_load_n(&h->lcache.pages, __ATOMIC_RELAXED) >= n,
        dirty = run_heap_dirty_bytes(&h->pages) >= ((size_t)n << h->pages.page_shift);
   if (!(cached || dirty) || !hak_trylock(&h->lock)) return false;
   if ((cached && run_cache_pop_within(&h->lcache, (unsigned)cls, (unsigned)cls, align, r)) ||
-      (dirty && (resident ? run_alloc_resident : run_alloc)(&h->pages, n, align, grid, r)))
+      (dirty && (resident ? run_alloc_resident : run_alloc)(&h->pages, n, align, r)))
     return true;
   heap_unlock(h);
   return false;
@@ -1213,18 +1213,18 @@ static bool heap_lends(heap_t *h, const heap_t *self, uint32_t n, uint32_t align
 
 /* Only trylocks: the caller holds its own heap's lock, and heap_fork_lock
  * takes heaps_lock before the heaps' locks. */
-heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, bool resident, run_t *r) {
+heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, int cls, bool resident, run_t *r) {
   heap_t *lender = NULL;
   unsigned looked = 0;
   /* read without the lock: none to look at is the common case */
   if (__atomic_load_n(&abandoned, __ATOMIC_RELAXED) != NULL && hak_trylock(&heaps_lock)) {
     for (heap_t *h = abandoned; h && !lender && looked < LEND_LOOK; h = h->next_abandoned, looked++)
-      if (heap_lends(h, self, n, align, grid, cls, resident, r)) lender = h;
+      if (heap_lends(h, self, n, align, cls, resident, r)) lender = h;
     hak_unlock(&heaps_lock);
   }
   looked = 0; /* active_ms 0: abandoned, looked at above */
   for (heap_t *h = heap_all(); h && !lender && !resident && looked < LEND_LOOK; h = h->next_all, looked++)
-    if (atomic_load_explicit(&h->active_ms, memory_order_relaxed) != 0 && heap_lends(h, self, n, align, grid, cls, false, r))
+    if (atomic_load_explicit(&h->active_ms, memory_order_relaxed) != 0 && heap_lends(h, self, n, align, cls, false, r))
       lender = h;
   return lender;
 }

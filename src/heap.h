@@ -55,8 +55,7 @@ typedef struct {
    * counts its own, sent to the cache, lost): below 0, carried */
   int32_t pushed;
   int64_t pushed_bytes; /* their bytes, up to the last count */
-  void *held; /* the block above 256 KiB freed last, not merged yet (large.c) */
-  /* in all lists and held, as the owner last counted them (large.c's
+  /* in all lists, as the owner last counted them (large.c's
    * hot_sync, at least at each of its ticks: malloc's fast path takes
    * blocks without counting); others read it with __atomic_load_n */
   size_t bytes;
@@ -78,7 +77,6 @@ struct heap_s {
   hak_lock_t lock;
   run_heap_t pages;                 /* free pages of its regions: slabs and Large blocks */
   size_t large_live;                /* bytes of its live Large blocks (large.c) */
-  size_t large_classed;             /* of those, in blocks of the sizes its cache keeps (its bound) */
   size_t large_peak;                /* the most large_live held since its thread took it */
   size_t span_bytes;                /* bytes of its slabs' spans */
   size_t span_peak;                 /* the most span_bytes held since its thread took it */
@@ -334,7 +332,7 @@ void heap_trim_abandoned(void);
  * tcaches, which an abandoned heap keeps for the thread that adopts it. */
 void heap_tick_abandoned(uint64_t now, uint64_t delay);
 
-/* A free run of n pages (align, grid: run_alloc) for a Large block of heap
+/* A free run of n pages (align: run_alloc) for a Large block of heap
  * self, taken from another heap, an abandoned one's first: a run of cache
  * class cls (-1: none) that its cache keeps, or its dirty free pages. A
  * thread takes the pages that threads which exited or wait left, instead
@@ -343,7 +341,7 @@ void heap_tick_abandoned(uint64_t now, uint64_t delay);
  * do better (a running heap keeps its own for its next blocks). Returns
  * that heap, its lock held (the block is its: its free goes there), or
  * NULL. */
-heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, uint32_t grid, int cls, bool resident, run_t *r);
+heap_t *heap_lend_run(const heap_t *self, uint32_t n, uint32_t align, int cls, bool resident, run_t *r);
 
 /* Hands the calling thread's heap back now, as thread exit does. */
 void heap_thread_done(void);

@@ -19,10 +19,11 @@
 #define ARENA_BLOCK_MAX (ARENA_MAX / 4) /* larger blocks are mapped on their own */
 #define HUGE_MAGIC 0x68616b6d656d4855ull
 #define HUGE_RESERVE 2 /* an own mapping that realloc grows reserves twice its need */
-/* A block placed on dirty units starts on this grid where they hold it
- * there (run_alloc): a program that writes only the first pages of its
- * blocks then writes them where freed blocks wrote theirs, and the pages it
- * keeps resident are bounded by the grid's points, not by every unit's. */
+/* Where the shard's probe finds blocks written at their head only, a block
+ * of n units starts on a multiple of the largest power of two of units up
+ * to n, at most this many (its grid): the program then writes its first
+ * pages where freed blocks wrote theirs (run_alloc), and the pages it keeps
+ * resident are bounded by the grid's points, not by every unit's. */
 #define HUGE_GRID_UNITS 8
 
 /* An arena's metadata, in a mapping of its own: the run chunk of its units
@@ -97,6 +98,7 @@ void huge_init(void) {
   for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
     run_heap_init(&sh->runs, UNIT_BITS);
     sh->runs.grid_probe = true;
+    sh->runs.probe_resident = true; /* written whole until a probe finds otherwise: no gaps left before it looks */
     sh->runs.dirty_sum = &shards_dirty;
     atomic_store_explicit(&sh->next_arena, ARENA_FIRST, memory_order_relaxed);
   }
@@ -354,10 +356,12 @@ static void *counted(void *p) {
 static bool shard_place(shard_t *sh, size_t units, uint32_t align, size_t bytes, bool grow, run_t *r, size_t *took,
                         size_t *fresh) {
   run_heap_t *h = &sh->runs;
+  uint32_t grid = units >= HUGE_GRID_UNITS ? HUGE_GRID_UNITS : (uint32_t)1 << (31 - __builtin_clz((uint32_t)units));
   hak_lock(&sh->lock);
+  if (!run_heap_written_whole(h)) align = MAX(align, grid);
   size_t dirty = h->dirty_pages;
-  bool ok = run_alloc(h, (uint32_t)units, align, HUGE_GRID_UNITS, r);
-  if (!ok && grow && arena_grow(sh, units + align - 1)) ok = run_alloc(h, (uint32_t)units, align, HUGE_GRID_UNITS, r);
+  bool ok = run_alloc(h, (uint32_t)units, align, r);
+  if (!ok && grow && arena_grow(sh, units + align - 1)) ok = run_alloc(h, (uint32_t)units, align, r);
   if (ok) {
     arena_t *ar = arena_of_run(*r);
     ar->usable[r->page] = usable_of(units << UNIT_BITS, bytes);
@@ -681,8 +685,9 @@ size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending) {
   for (shard_t *sh = shards; sh < shards + HUGE_SHARDS; sh++) {
     hak_lock(&sh->lock);
     n += cache_evict_locked(sh, now, force);
+    bool clean = sh->runs.dirty_pages == 0; /* its arenas that hold no block now hold nothing */
     hak_unlock(&sh->lock);
-    if (unmap) n += arenas_unmap_empty(sh);
+    if (unmap || clean) n += arenas_unmap_empty(sh);
   }
   if (pending) *pending |= shards_cached_bytes() + held_bytes() != 0;
   return n;

@@ -53,8 +53,9 @@ size_t huge_usable_size(const void *p, uint8_t kind);
 void *huge_realloc(void *p, size_t size);
 
 /* Purges cached units due by age or beyond the size bound (force: all of
- * them; unmap: also unmaps arenas that hold no block). Returns the bytes
- * given back; *pending: whether cached units remain. */
+ * them), then unmaps the arenas that hold no block where their shard
+ * caches no unit (unmap: whatever it caches). Returns the bytes given
+ * back; *pending: whether cached units remain. */
 size_t huge_purge(uint64_t now, bool force, bool unmap, bool *pending);
 /* Resident bytes of free units (the BigCache). */
 size_t huge_cached_bytes(void);

@@ -36,29 +36,18 @@ static unsigned large_reach(unsigned c) {
 }
 
 /* The cache class of a run of bytes, or -1 when such runs are not cached
- * (between classes, or beyond LARGE_CLASS_MAX). */
+ * (between classes). */
 static int cache_class_of(size_t bytes) {
   if (bytes <= SMALL_MAX) return LARGE_CLASSES + (int)(bytes >> os_page_log2()) - 1;
   unsigned c = large_class(bytes);
   return bytes <= LARGE_CLASS_MAX && bytes == class_bytes(c) ? (int)c : -1;
 }
 
-/* Blocks above LARGE_CLASS_MAX placed on dirty pages start on this grid
- * (run_alloc): a program that writes only their first pages finds those
- * where the freed blocks had theirs, resident. */
-#define LARGE_GRID ((size_t)128 * 1024)
-
 /* The run of a block of size bytes: its class's (aligned too: the class's
- * lists and cache then serve a program that asks aligned), unless it is
- * above LARGE_CLASS_MAX, where rounding up to a class would leave a quarter
- * of a region unused (a region holds three 1 MiB runs, but four of
- * 1,000,000 bytes): those take whole pages, and are not cached. A size
- * seldom comes back to the page, so a cached one waited for its own size
- * while others took fresh pages; freed, it merges with its free neighbours,
- * and its dirty pages serve the next block of any size (run_alloc). */
+ * lists and cache then serve a program that asks aligned). */
 static size_t block_bytes_of(size_t size) {
   size_t bytes = os_page_round(size ? size : 1);
-  return bytes <= SMALL_MAX || bytes > LARGE_CLASS_MAX ? bytes : class_bytes(large_class(bytes));
+  return bytes <= SMALL_MAX ? bytes : class_bytes(large_class(bytes));
 }
 
 /* Both, by page count up to LARGE_CLASS_MAX, made once at start-up (large_init):
@@ -104,7 +93,6 @@ static size_t block_bytes(size_t size) {
 static void live_add(heap_t *heap, size_t removed, size_t added) {
   __atomic_store_n(&heap->large_live, heap->large_live + added - removed, __ATOMIC_RELAXED);
   if (heap->large_live > heap->large_peak) heap->large_peak = heap->large_live;
-  heap->large_classed += (added <= LARGE_CLASS_MAX ? added : 0) - (removed <= LARGE_CLASS_MAX ? removed : 0);
 }
 
 /* The run of Large block p (in a region, on no slab's unit, not cached), its
@@ -133,12 +121,11 @@ static run_t block_run(const void *p, heap_t **heapp) {
   }
 }
 
-/* The cache holds at most half of what the heap holds in blocks of the
- * sizes it caches, and at least CACHE_MIN_BYTES: blocks above LARGE_CLASS_MAX
- * (never cached) would let it keep freed runs beside their fresh pages;
- * the blocks on the owner's lists count against it. */
+/* The cache holds at most half of what the heap holds in Large blocks, and
+ * at least CACHE_MIN_BYTES; the blocks on the owner's lists count against
+ * it. */
 static size_t cache_pages(const heap_t *heap) {
-  size_t bound = MAX(CACHE_MIN_BYTES, heap->large_classed / 2), hot = __atomic_load_n(&heap->lhot.bytes, __ATOMIC_RELAXED);
+  size_t bound = MAX(CACHE_MIN_BYTES, heap->large_live / 2), hot = __atomic_load_n(&heap->lhot.bytes, __ATOMIC_RELAXED);
   return (bound > hot ? bound - hot : 0) >> os_page_log2();
 }
 
@@ -187,8 +174,8 @@ static hak_noinline void hot_broken(large_hot_t *h, unsigned c, const block_t *b
   h->list[c].used = h->cap[c];
 }
 
-/* The run of b, a block on a list or held (an allocated run of the
- * caller's heap). */
+/* The run of b, a block on a list (an allocated run of the caller's
+ * heap). */
 static run_t listed_run(const void *b) {
   run_chunk_t *ch = &region_of(b)->pages;
   return run_at(ch, (uint32_t)((uintptr_t)((const char *)b - ch->base) >> os_page_log2()));
@@ -225,29 +212,10 @@ static void hot_send(heap_t *heap, unsigned c, uint64_t now, long delay) {
   }
 }
 
-/* ---- the owner's held block --------------------------------------------------
- * A block above LARGE_CLASS_MAX that the owner frees is held, not merged
- * (an allocated run still to every other thread), until its next malloc
- * above LARGE_CLASS_MAX: that one takes it when it fits (HELD_SLACK), else
- * large_alloc, under the lock it takes anyway, cuts it to the new block's
- * length or grows it over the resident free pages after it (held_reshape),
- * and failing both merges it into the free runs. A program that frees and
- * allocates buffers of one size skips both locks and the run heap; one of
- * many sizes pays one lock less. One block only: held runs of other sizes
- * would keep their resident pages from the next blocks. */
-#define HELD_SLACK 32 /* a held block serves a malloc of at least 1/32 less */
-
-/* The length of b, the held block, from its run's length word alone. */
-static size_t held_bytes(const large_hot_block_t *b) {
-  const run_chunk_t *ch = &region_of(b)->pages;
-  return (size_t)run_live_pages(ch, (uint32_t)((uintptr_t)((const char *)b - ch->base) >> os_page_log2())) << os_page_log2();
-}
-
-/* Counts what the lists and the held block hold into h->bytes: malloc's
- * fast path takes from the lists without counting, their pushes count
- * into h->unsynced. */
+/* Counts what the lists hold into h->bytes: malloc's fast path takes from
+ * the lists without counting, their pushes count into h->unsynced. */
 static void hot_sync(large_hot_t *h) {
-  size_t sum = h->held ? held_bytes(h->held) : 0;
+  size_t sum = 0;
   for (uint64_t m = h->open; m; m &= m - 1) {
     unsigned c = (unsigned)__builtin_ctzll(m);
     sum += (size_t)hot_n(h, c) * large_hot_bytes[c];
@@ -272,79 +240,6 @@ static bool hot_fits(large_hot_t *h, size_t bytes) {
   bool fits = h->bytes + bytes <= LARGE_HOT_MAX_BYTES;
   if (!fits) h->full_skip = HOT_FULL_SKIP;
   return fits;
-}
-
-/* Holds b, the owner's block of bytes: 1, or 0 when it holds one already
- * (or its bound), -1 when b is held (a double free). */
-static int held_put(large_hot_t *h, large_hot_block_t *b, size_t bytes) {
-  if (b == h->held) return -1;
-  if (h->held != NULL || !hot_fits(h, bytes)) return 0;
-  b->next = NULL;
-  b->tag = large_hot_tag(b, NULL);
-  h->held = b;
-  __atomic_store_n(&h->bytes, h->bytes + bytes, __ATOMIC_RELAXED);
-  stat_free(STAT_ROW_LARGE, bytes, true);
-  return 1;
-}
-
-/* The held block, for a malloc of size bytes (above LARGE_CLASS_MAX) that
- * it fits; NULL, still held, when it does not (or holds none). */
-static void *held_take(large_hot_t *h, size_t size) {
-  large_hot_block_t *b = h->held;
-  if (b == NULL || size > LARGE_MAX) return NULL;
-  size_t bytes = held_bytes(b), want = os_page_round(size); /* its run's word, whatever its first ones hold */
-  if (unlikely(!large_hot_intact(b))) { /* written after its free: dropped, as a broken list */
-    harden_list_broken(b);
-    __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
-    h->held = NULL;
-    return NULL;
-  }
-  if (bytes < want || bytes - want > want / HELD_SLACK) return NULL;
-  h->held = NULL;
-  b->tag = 0;
-  __atomic_store_n(&h->bytes, h->bytes - bytes, __ATOMIC_RELAXED);
-  stat_alloc(STAT_ROW_LARGE, bytes);
-  return b;
-}
-
-/* The held block reshaped in place into run *r of n pages (the lock held),
- * for a malloc above LARGE_CLASS_MAX that held_take turned away: its tail
- * freed, or the free pages after it taken where all of them may be
- * resident (clean ones would fault where a run in the bins might not).
- * Its pages are the ones the program wrote last, warm in the caches.
- * False, still held, when neither fits. */
-static bool held_reshape(heap_t *heap, uint32_t n, uint64_t now, run_t *r) {
-  large_hot_t *h = &heap->lhot;
-  large_hot_block_t *b = h->held;
-  if (!large_hot_intact(b)) return false; /* held_send drops it */
-  run_t x = listed_run(b);
-  size_t old = run_bytes(x);
-  bool dirty;
-  if (n < x.pages) run_shrink(&x, n, now);
-  else if (!run_grow(&x, n, true, &dirty)) return false;
-  h->held = NULL;
-  b->tag = 0;
-  __atomic_store_n(&h->bytes, h->bytes - old, __ATOMIC_RELAXED);
-  live_add(heap, old, 0); /* held, it still counted as live; large_alloc adds it again */
-  x.dirty = true;
-  *r = x;
-  return true;
-}
-
-/* Merges the held block into the free runs (the lock held), as freed at now. */
-static void held_send(heap_t *heap, uint64_t now, long delay) {
-  large_hot_t *h = &heap->lhot;
-  large_hot_block_t *b = h->held;
-  if (b == NULL) return;
-  h->held = NULL;
-  run_t r = listed_run(b);
-  __atomic_store_n(&h->bytes, h->bytes - run_bytes(r), __ATOMIC_RELAXED);
-  if (unlikely(!large_hot_intact(b))) {
-    harden_list_broken(b); /* returns only to drop it */
-    return;
-  }
-  b->tag = 0;
-  free_locked(heap, r, now, delay);
 }
 
 /* No room left on any list: purging at once, every free goes to the
@@ -375,7 +270,6 @@ static void hot_drain(heap_t *heap, uint64_t now) {
   long delay = policy_knob(KNOB_PURGE_DELAY_MS);
   heap_lock(heap);
   for (uint64_t m = heap->lhot.open; m; m &= m - 1) hot_send(heap, (unsigned)__builtin_ctzll(m), freed, delay);
-  held_send(heap, freed, delay);
   heap_unlock(heap);
   hot_sync(&heap->lhot);
 }
@@ -437,6 +331,22 @@ static void *hot_take_longer(large_hot_t *h, unsigned c, size_t align) {
   return NULL;
 }
 
+/* For a block of class c, n pages, that would fault its pages in (*r, when
+ * found, clean): the first longer run the cache keeps, cut to n pages, its
+ * tail freed dirty. A buffer grown in place past its class, freed, is kept
+ * as its new length, which the next ones, asking the old, would not take;
+ * the cache would hold such runs resident until their purge while fresh
+ * pages served. */
+static bool longer_cached(heap_t *heap, unsigned c, uint32_t n, uint32_t a, bool found, run_t *r) {
+  run_t x;
+  if (!run_cache_pop_within(&heap->lcache, c + 1, LARGE_CLASSES - 1, a, &x)) return found;
+  uint64_t now = os_now_ms();
+  if (found) run_free(*r, false, now); /* clean, as taken */
+  run_shrink(&x, n, now);
+  *r = x;
+  return true;
+}
+
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   unsigned shift = os_page_log2();
   size_t bytes = block_bytes(size);
@@ -446,11 +356,6 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   run_t r;
   heap_lock(heap);
   bool ok = false;
-  if (heap->lhot.held) {
-    uint64_t now = os_now_ms();
-    ok = bytes > LARGE_CLASS_MAX && a == 1 && held_reshape(heap, n, now, &r);
-    if (!ok) held_send(heap, now, policy_knob(KNOB_PURGE_DELAY_MS)); /* its pages may serve */
-  }
   if (!ok && c >= 0) ok = run_cache_pop(&heap->lcache, (unsigned)c, a, &r);
   if (!ok && c >= 0 && (unsigned)c < LARGE_CLASSES && heap == hak_tls_heap) { /* a longer block the owner freed */
     void *p = hot_take_longer(&heap->lhot, (unsigned)c, a << shift);
@@ -460,12 +365,13 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
     }
     ok = run_cache_pop_within(&heap->lcache, (unsigned)c + 1, large_reach((unsigned)c), a, &r);
   }
-  uint32_t grid = bytes > LARGE_CLASS_MAX ? (uint32_t)(LARGE_GRID >> shift) : 1;
-  if (!ok) ok = run_alloc(&heap->pages, n, a, grid, &r);
+  if (!ok) ok = run_alloc(&heap->pages, n, a, &r);
+  if ((!ok || !r.dirty) && c >= 0 && (unsigned)c + 1 < LARGE_CLASSES)
+    ok = longer_cached(heap, (unsigned)c, n, a, ok, &r);
   heap_t *lender = NULL;
   if (!ok || !r.dirty) { /* pages to fault in: another heap's resident ones first */
     run_t lent;
-    lender = heap_lend_run(heap, n, a, grid, c, ok, &lent);
+    lender = heap_lend_run(heap, n, a, c, ok, &lent);
     if (lender && ok) run_free(r, false, os_now_ms()); /* clean, as taken */
     if (lender) r = lent;
   }
@@ -474,7 +380,7 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
     heap_unlock(lender);
     ok = true;
   }
-  while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, grid, &r);
+  while (!ok && (region_grow(&heap->pages) || region_new(&heap->pages, heap))) ok = run_alloc(&heap->pages, n, a, &r);
   if (ok && !lender) live_add(heap, 0, run_bytes(r));
   heap_unlock(heap);
   if (!ok) return NULL;
@@ -487,7 +393,6 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
 
 void *large_alloc_hot(heap_t *heap, size_t size, size_t align) {
   large_hot_t *h = &heap->lhot;
-  if (size > LARGE_CLASS_MAX) return ((uintptr_t)h->held & (align - 1)) == 0 ? held_take(h, size) : NULL;
   unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];
   if (c >= LARGE_HOT_CLASSES) return NULL;
   if (!hot_holds(&h->list[c])) {
@@ -521,15 +426,15 @@ static hak_noinline void hot_hide(heap_t *heap) {
     if (heap->lhot.shown >> c & 1) heap_show_large(heap, c, false);
 }
 
-/* The owner's free of p (on a unit no slab holds) onto its list, or held:
- * 1 when kept, 0 when the locked path is to free it (not one of heap's
- * blocks of a hot class or above, the list at its demand's cap), -1 when p
- * is listed or held already (a double free). */
+/* The owner's free of p (on a unit no slab holds) onto its list: 1 when
+ * kept, 0 when the locked path is to free it (not one of heap's blocks of a
+ * hot class, the list at its demand's cap), -1 when p is listed already (a
+ * double free). */
 static int hot_push(heap_t *heap, void *p) {
   size_t bytes = 0;
   unsigned c = HAKMEM_SECURE ? LARGE_HOT_CLASSES : large_hot_class_of(heap, p, os_page_log2(), &bytes);
   large_hot_t *h = &heap->lhot;
-  if (c >= LARGE_HOT_CLASSES) return bytes > LARGE_CLASS_MAX ? held_put(h, p, bytes) : 0;
+  if (c >= LARGE_HOT_CLASSES) return 0;
   if (unlikely(h->shown && (!heap_large_view_ok || hak_stats_enabled))) hot_hide(heap);
   slab_t *l = &h->list[c];
   if (l->free == NULL) hot_open(heap, c);

@@ -54,10 +54,8 @@ void *large_zero(void *p, size_t size);
 bool large_free_hot(heap_t *heap, void *p);
 /* ---- the hot lists, inline for free's slow path ------------------------------ */
 
-/* A block on a list, or held: its link and a tag of both words. The held
- * block's link is NULL, and its tag catches a write to it after its free
- * before a malloc takes it; a listed block's link is a list link (free bit
- * set), and its tag tells a free that finds one (a double free, or the
+/* A block on a list: its link (a list link, free bit set) and a tag of
+ * both words, which tells a free that finds one (a double free, or the
  * program's own word) whether to look for the block on its list. */
 typedef struct large_hot_block_s {
   struct large_hot_block_s *next;

@@ -291,7 +291,7 @@ slab_t *region_span_alloc(run_heap_t *pages, size_t n, bool *dirty) {
   unsigned shift = os_page_log2();
   uint32_t per_unit = (uint32_t)(UNIT_SIZE >> shift);
   run_t run;
-  if (!run_alloc(pages, (uint32_t)n * per_unit, per_unit, 1, &run)) return NULL;
+  if (!run_alloc(pages, (uint32_t)n * per_unit, per_unit, &run)) return NULL;
   region_t *r = region_of(run.chunk);
   size_t first = (size_t)(run_addr(run) - (char *)r) >> UNIT_SHIFT;
   slab_t *s = &r->slabs[first];

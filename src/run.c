@@ -284,33 +284,47 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
   return find(h, n + align - 1);
 }
 
-/* Whether moving a block from page lo of c to its grid would leave
- * resident pages behind (heaps with grid_probe; others never look): lo's
- * first OS page tells, resident when the skipped pages were written whole,
- * not when they lie past the head of a block that was written only there.
- * Once PROBE_TRUST probes in a row agree, the next PROBE_REUSE placements
- * take the answer as it is: a program writes its blocks whole or sparsely
- * for long stretches, and each probe is a system call. */
+/* Whether h's blocks are written whole, for heaps with grid_probe (others:
+ * never), found on placing a block in dirty run x: half of the first
+ * PROBE_BYTES of x's dirty stretch at least is resident where the freed
+ * blocks there were written whole (the room a growing block did not reach
+ * aside), little where only their heads were. Once PROBE_TRUST probes in a
+ * row agree, the next PROBE_REUSE placements take the verdict as it is: a
+ * program writes its blocks whole or sparsely for long stretches, and each
+ * probe is a system call. */
+#define PROBE_BYTES ((size_t)4 << 20)
 #define PROBE_TRUST 4
 #define PROBE_REUSE 63
-static bool skips_resident(const run_chunk_t *c, uint32_t lo) {
-  run_heap_t *h = c->heap;
+static bool written_whole(run_heap_t *h, const run_node_t *x) {
   if (!h->grid_probe) return false;
   if (h->probe_reuse) {
     h->probe_reuse--;
     return h->probe_resident;
   }
-  bool resident = os_resident(c->base + ((size_t)lo << h->page_shift), 1) != 0; /* its OS page */
+  size_t len = MIN((size_t)(x->dhi - x->dlo) << h->page_shift, PROBE_BYTES);
+  bool resident = os_resident(x->chunk->base + ((size_t)x->dlo << h->page_shift), len) >= len / 2;
   h->probe_agreed = resident == h->probe_resident ? (uint8_t)MIN(h->probe_agreed + 1, PROBE_TRUST) : 0;
   h->probe_resident = resident;
   if (h->probe_agreed >= PROBE_TRUST) h->probe_reuse = PROBE_REUSE;
   return resident;
 }
 
+/* An aligned block's first page in a dirty run whose aligned pages start
+ * at first and hold it up to last: the aligned page after the dirty
+ * stretch's start lo (the heads that freed blocks wrote lie on aligned
+ * pages), or the one before where the blocks are written whole (it covers
+ * the resident pages from lo). */
+static uint32_t aligned_in_dirty(uint32_t first, uint32_t last, uint32_t lo, uint32_t after, uint32_t align,
+                                 bool whole) {
+  if (lo <= first) return first;
+  uint32_t at = after == lo || !whole ? after : after - align;
+  return at <= last ? at : first;
+}
+
 /* run_alloc and run_alloc_resident: the latter only where the free run
  * found is dirty. */
-static bool alloc_found(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, bool resident, run_t *out) {
-  hak_assert(n >= 1 && is_pow2(align) && is_pow2(grid));
+static bool alloc_found(run_heap_t *h, uint32_t n, uint32_t align, bool resident, run_t *out) {
+  hak_assert(n >= 1 && is_pow2(align));
   if (resident && h->dirty_head == NULL) return false;
   run_node_t *x = align > 1 ? find_aligned(h, n, align) : find(h, n);
   if (x == NULL || (resident && x->dirty_ms == 0)) return false;
@@ -318,15 +332,12 @@ static bool alloc_found(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid
   uint32_t s = x->page, m = c->pg[s].len, lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   uint32_t at = s;
+  bool whole = t && written_whole(h, x);
   if (align > 1) {
     at = aligned_page(c, s, align);
-  } else if (t) { /* over as much of the dirty stretch as it holds: on the grid if it holds it there */
-    if (hi - lo >= n) {
-      uint32_t g = aligned_page(c, lo, grid);
-      at = g <= hi - n && (g == lo || !skips_resident(c, lo)) ? g : lo;
-    } else {
-      at = hi > n ? hi - n : 0;
-    }
+    if (t) at = aligned_in_dirty(at, s + m - n, lo, aligned_page(c, lo, align), align, whole);
+  } else if (t) { /* over as much of the dirty stretch as it holds */
+    at = hi - lo >= n ? lo : hi > n ? hi - n : 0;
     at = MAX(at, s);
     at = MIN(at, s + m - n);
   }
@@ -345,12 +356,10 @@ static bool alloc_found(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid
   return true;
 }
 
-bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out) {
-  return alloc_found(h, n, align, grid, false, out);
-}
+bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) { return alloc_found(h, n, align, false, out); }
 
-bool run_alloc_resident(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out) {
-  return alloc_found(h, n, align, grid, true, out);
+bool run_alloc_resident(run_heap_t *h, uint32_t n, uint32_t align, run_t *out) {
+  return alloc_found(h, n, align, true, out);
 }
 
 /* A freed run merges with its free neighbours; the dirty stretch of the run

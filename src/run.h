@@ -82,12 +82,10 @@ struct run_heap_s {
   run_chunk_t *chunks;
   unsigned page_shift;
   uint64_t grew_ms;   /* when a run last joined the dirty list's tail (run_heap_grew_ms) */
-  /* run_alloc moves a block onto its grid past dirty pages only where none
-   * of those is resident (mincore): the pages it skips can then hold no
-   * block of this heap's sizes, and resident ones would stay so unused.
-   * Once PROBE_TRUST probes in a row agree, the verdict stands for the next
-   * PROBE_REUSE placements: a program writes its blocks whole or sparsely
-   * for long stretches, and each probe is a system call. */
+  /* run_alloc moves an aligned block past dirty pages to the next
+   * multiple only where the heap's blocks are not written whole, as a probe
+   * of the dirty pages (mincore) finds now and then: written whole, the
+   * pages it skipped would stay resident, unused. */
   bool grid_probe;
   bool probe_resident;               /* the last verdict */
   uint8_t probe_agreed, probe_reuse; /* probes in a row that agreed; placements left on the verdict */
@@ -103,8 +101,8 @@ hak_inline size_t run_heap_dirty_bytes(const run_heap_t *h) {
 hak_inline uint64_t run_heap_grew_ms(const run_heap_t *h) { return __atomic_load_n(&h->grew_ms, __ATOMIC_RELAXED); }
 
 /* Whether h's blocks are written whole, as its last grid probe found
- * (grid_probe heaps; false until a probe finds skipped pages resident).
- * Read under the heap's lock. */
+ * (grid_probe heaps; before the first probe, as its owner set it). Read
+ * under the heap's lock. */
 hak_inline bool run_heap_written_whole(const run_heap_t *h) { return h->probe_resident; }
 
 /* An allocated run. */
@@ -143,16 +141,16 @@ void run_chunk_grow(run_chunk_t *c, uint32_t limit);
 void run_chunk_remove(run_chunk_t *c);
 
 /* A run of n pages whose address is a multiple of align pages (a power of
- * two); false when no free run fits. Placed in a dirty stretch that holds
- * it, it starts on a multiple of grid pages where the stretch holds it
- * there (a power of two; 1: anywhere), so that blocks of which a program
- * writes only the first pages start where freed ones did, on pages it
- * wrote, not in the middle of a freed block, never written (with
- * grid_probe: only where the pages it skips are not resident). */
-bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out);
+ * two); false when no free run fits. Placed in a dirty stretch, it covers
+ * as much of it as it can; aligned, it starts on the first multiple of
+ * align from the stretch's start, so that blocks of which a program writes
+ * only the first pages start where freed ones did, on pages it wrote, not
+ * in the middle of a freed block (with grid_probe, where the heap's blocks
+ * are written whole: on the one before, which covers the stretch's start). */
+bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out);
 /* run_alloc where the run it finds holds resident pages (it is dirty):
  * false otherwise, nothing taken. */
-bool run_alloc_resident(run_heap_t *h, uint32_t n, uint32_t align, uint32_t grid, run_t *out);
+bool run_alloc_resident(run_heap_t *h, uint32_t n, uint32_t align, run_t *out);
 /* Frees allocated run r (whole); dirty: its pages may be resident. Returns
  * whether the chunk now holds no allocated run. */
 bool run_free(run_t r, bool dirty, uint64_t now);

@@ -18,7 +18,7 @@
 #define SMALL_MAX 32768 /* Tiny (<= 1 KiB) and Mid (<= 32 KiB) classes */
 #define TINY_MAX 1024
 #define DIRECT_MAX 8192 /* malloc's fast path finds sizes up to this in one table, with one compare */
-#define LARGE_MAX (REGION_SIZE / 2) /* page runs; above this, Huge */
+#define LARGE_MAX ((size_t)256 * 1024) /* page runs in classes; above this, Huge */
 #define NUM_CLASSES 58
 #define MIN_ALIGN 16 /* what malloc guarantees for blocks of 16 bytes and more */
 

@@ -106,12 +106,10 @@
  *            (into the waiting thread's heap) and writes as many: that heap
  *            lends the runs it cached, so the writes fault under a quarter
  *            of the pages (same settings).
- *   large_grid  Large blocks above 256 KiB, only their first page written
- *            and freed, merge into one dirty stretch: the next such block
- *            starts on a 128 KiB boundary in it, and the one after it, freed
- *            and asked again, on the same page, its first page resident (no
- *            fault), so a program that writes only the heads of its big
- *            blocks keeps few pages.
+ *   huge_grid  rounds of 4 huge blocks of 300 KiB-3.3 MiB written at their
+ *            head only, freed and asked again: each one placed anew starts
+ *            on its grid (a multiple of its units rounded down to a power of
+ *            two, 2 MiB at most), where the freed ones' heads lie.
  *   large_classes  a malloc of 33 pages takes the freed 33-page block, not
  *            the 35-page one freed after it, its last page resident; with
  *            no 33-page block left, the 35-page one (an eighth longer).
@@ -175,7 +173,7 @@
  *
  * usage: test_memory [CASE|all] [seconds]   (CASE: purge, trim, threads, churn,
  *        bigcache, cache_yield, doubling, xthread, reuse, grow, regrow, sparse,
- *        arena, arena_grow, lend, lend_clean, lend_running, large_grid, large_classes, calloc, huge_fit, regrow_huge,
+ *        arena, arena_grow, lend, lend_clean, lend_running, huge_grid, large_classes, calloc, huge_fit, regrow_huge,
  *        locked, no_thp, exit_trim, thread_cost, teardown, big_batch, mid_batch)
  */
 #include "testutil.h"
@@ -1035,33 +1033,36 @@ static void test_lend_running(void)
          faults);
 }
 
-static void test_large_grid(void)
+/* A program that writes only the head of its blocks: once a placement's
+ * probe has found the freed blocks' pages mostly absent, a huge block
+ * placed on freed units starts on its grid (its units rounded down to a
+ * power of two, at most 8: 2 MiB), where the freed blocks' heads lie, not
+ * in the middle of one. The block the thread held is taken back as it
+ * lies, off the grid of a new size. */
+static void test_huge_grid(void)
 {
-  enum { SZ = 300 * 1024, SZ2 = 280 * 1024, SMALL = 260 * 1024, GRID = 128 * 1024 };
-  char *a = A(malloc)(SZ), *b = A(malloc)(SZ), *c = A(malloc)(SZ), *x = A(malloc)(SMALL), *guard = A(malloc)(SZ);
-  CHECK(a != NULL && b != NULL && c != NULL && x != NULL && guard != NULL);
-  a[0] = 1, b[0] = 2, c[0] = 3, x[0] = 4;
-  /* a, b and c go to the free runs; x is held (large.c): shorter than SZ2
-   * and followed by a live block, it is merged before SZ2 is placed */
-  A(free)(a);
-  A(free)(b);
-  A(free)(c);
-  A(free)(x);
-  char *p = A(malloc)(SZ2);
-  CHECK(p != NULL);
-  CHECKF((uintptr_t)p % GRID == 0, "a %d KiB block on freed dirty pages at %p, not on a 128 KiB boundary", SZ2 / 1024,
-         (void *)p);
-  p[0] = 4;
-  A(free)(p);
-  char *q = A(malloc)(SZ2);
-  long f0 = minor_faults();
-  q[0] = 5;
-  long faults = minor_faults() - f0;
-  CHECKF(q == p, "the same size asked again came at %p, not at %p", (void *)q, (void *)p);
-  CHECKF(faults == 0, "%ld page faults writing the first page of a block placed on a freed one's", faults);
-  A(free)(q);
-  A(free)(guard);
-  printf("test_memory large_grid: blocks above 256 KiB on freed pages start on the 128 KiB grid: OK\n");
+  enum { LIVE = 4, ROUNDS = 16, UNIT = 256 * 1024 };
+  char *p[LIVE] = {0};
+  uint64_t rng = 7;
+  int placed = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    char *held = p[LIVE - 1]; /* freed last */
+    for (int k = 0; k < LIVE; k++) A(free)(p[k]);
+    for (int k = 0; k < LIVE; k++) {
+      size_t size = 300 * 1024 + tu_xorshift(&rng) % (3 * MiB), units = (size + UNIT - 1) / UNIT;
+      size_t grid = units >= 8 ? 8 : (size_t)1 << (63 - __builtin_clzll(units));
+      CHECK((p[k] = A(malloc)(size)) != NULL);
+      p[k][0] = (char)r; /* its head only */
+      if (r < 2 || p[k] == held) continue;
+      placed++;
+      CHECKF((uintptr_t)p[k] % (grid * UNIT) == 0, "round %d: a %zu KiB block at %p, not on its %zu KiB grid", r,
+             size >> 10, (void *)p[k], grid * UNIT >> 10);
+    }
+  }
+  for (int k = 0; k < LIVE; k++) A(free)(p[k]);
+  CHECKF(placed >= (ROUNDS - 2) * (LIVE - 1), "%d blocks placed anew in %d rounds", placed, ROUNDS - 2);
+  printf("test_memory huge_grid: %d blocks written at their head only, placed on freed units on their grid: OK\n",
+         placed);
 }
 
 /* One block grown by small steps from 1 MiB to 64 MiB: past the arena it
@@ -1155,11 +1156,11 @@ static void test_large_classes(void)
   printf("test_memory large_classes: a freed block of the same page count first, one an eighth longer next: OK\n");
 }
 
-/* The block above 256 KiB freed last is held (large.c): the next malloc of
- * its size, or up to a 32nd less, takes it without the lock; a shorter one
- * takes it reshaped in place (its tail freed), a longer one too where the
- * freed pages after it are enough; malloc_trim(0) returns its pages. */
-static void test_large_held(void)
+/* The huge block freed last is held (huge.c): the next malloc of about its
+ * size takes it without the lock; a shorter one takes it reshaped in place
+ * (its tail freed), a longer one too where the freed units after it are
+ * enough; malloc_trim(0) returns its pages. */
+static void test_held_reshape(void)
 {
   enum { SZ = 1 << 20, PAGE = 4096 };
   char *anchor = A(malloc)(SZ), *p = A(malloc)(SZ);
@@ -1189,7 +1190,7 @@ static void test_large_held(void)
   size_t after = tu_rss();
   CHECKF(after + SZ / 2 <= before, "malloc_trim(0) took %zu KiB back, not the held 1 MiB block", (before - after) / 1024);
   A(free)(anchor);
-  printf("test_memory large_held: a freed 1 MiB block taken back at once, cut and grown in place, trimmed: OK\n");
+  printf("test_memory held_reshape: a freed 1 MiB block taken back at once, cut and grown in place, trimmed: OK\n");
 }
 
 /* calloc on a freed block's pages: resident ones are zeroed in place (a
@@ -1384,13 +1385,13 @@ static void test_no_thp(void)
     printf("test_memory no_thp: no transparent huge pages here, skipped\n");
     return;
   }
-  static const size_t sizes[] = {64, 20 * KiB, 300 * KiB};
+  static const size_t sizes[] = {64, 20 * KiB, 200 * KiB};
   enum { N = 64 };
   void *p[N];
   /* round 1 on new regions; round 2 on the same regions, emptied by the
    * trim and taken back from the pool (advised once, when first mapped) */
   for (int round = 1; round <= 2; round++) {
-    for (int k = 0; k < N; k++) { /* 6 MiB in all: past the first region's first 256 KiB */
+    for (int k = 0; k < N; k++) { /* 4.5 MiB in all: past the first region's first 256 KiB */
       p[k] = A(malloc)(sizes[k % 3]);
       CHECK(p[k] != NULL);
       memset(p[k], 1, sizes[k % 3]);
@@ -1656,9 +1657,9 @@ static const tu_case_t cases[] = {
   {"lend", test_lend, TU_BY_NAME},
   {"lend_clean", test_lend_clean, TU_BY_NAME},
   {"lend_running", test_lend_running, TU_BY_NAME},
-  {"large_grid", test_large_grid, TU_BY_NAME},
+  {"huge_grid", test_huge_grid, TU_BY_NAME},
   {"large_classes", test_large_classes, TU_BY_NAME},
-  {"large_held", test_large_held, TU_BY_NAME},
+  {"held_reshape", test_held_reshape, TU_BY_NAME},
   {"huge_held", test_huge_held, TU_BY_NAME},
   {"huge_fit", test_huge_fit, TU_BY_NAME},
   {"grow_huge", test_grow_huge, 0},
