@@ -332,14 +332,16 @@ static void *hot_take_longer(large_hot_t *h, unsigned c, size_t align) {
 }
 
 /* For a block of class c, n pages, that would fault its pages in (*r, when
- * found, clean): the first longer run the cache keeps, cut to n pages, its
- * tail freed dirty. A buffer grown in place past its class, freed, is kept
- * as its new length, which the next ones, asking the old, would not take;
- * the cache would hold such runs resident until their purge while fresh
- * pages served. */
+ * found, clean): a run the cache keeps of twice its length or more, cut to
+ * n pages, its tail freed dirty. A buffer grown in place past its class,
+ * freed, is kept as its new length, which the next ones, asking the old,
+ * would not take; the cache would hold such runs resident until their
+ * purge while fresh pages served. Not a run only a little longer: its own
+ * class would miss it next, and cut another in turn. */
 static bool longer_cached(heap_t *heap, unsigned c, uint32_t n, uint32_t a, bool found, run_t *r) {
   run_t x;
-  if (!run_cache_pop_within(&heap->lcache, c + 1, LARGE_CLASSES - 1, a, &x)) return found;
+  unsigned twice = large_class((size_t)n << (os_page_log2() + 1));
+  if (twice >= LARGE_CLASSES || !run_cache_pop_within(&heap->lcache, twice, LARGE_CLASSES - 1, a, &x)) return found;
   uint64_t now = os_now_ms();
   if (found) run_free(*r, false, now); /* clean, as taken */
   run_shrink(&x, n, now);

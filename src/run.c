@@ -335,7 +335,7 @@ static bool alloc_found(run_heap_t *h, uint32_t n, uint32_t align, bool resident
   bool whole = t && written_whole(h, x);
   if (align > 1) {
     at = aligned_page(c, s, align);
-    if (t) at = aligned_in_dirty(at, s + m - n, lo, aligned_page(c, lo, align), align, whole);
+    if (t && h->grid_probe) at = aligned_in_dirty(at, s + m - n, lo, aligned_page(c, lo, align), align, whole);
   } else if (t) { /* over as much of the dirty stretch as it holds */
     at = hi - lo >= n ? lo : hi > n ? hi - n : 0;
     at = MAX(at, s);

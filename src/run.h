@@ -142,11 +142,12 @@ void run_chunk_remove(run_chunk_t *c);
 
 /* A run of n pages whose address is a multiple of align pages (a power of
  * two); false when no free run fits. Placed in a dirty stretch, it covers
- * as much of it as it can; aligned, it starts on the first multiple of
- * align from the stretch's start, so that blocks of which a program writes
- * only the first pages start where freed ones did, on pages it wrote, not
- * in the middle of a freed block (with grid_probe, where the heap's blocks
- * are written whole: on the one before, which covers the stretch's start). */
+ * as much of it as it can; aligned, in a heap with grid_probe, it starts on
+ * the first multiple of align from the stretch's start, so that blocks of
+ * which a program writes only the first pages start where freed ones did,
+ * on pages it wrote, not in the middle of a freed block (where the heap's
+ * blocks are written whole: on the one before, which covers the stretch's
+ * start). */
 bool run_alloc(run_heap_t *h, uint32_t n, uint32_t align, run_t *out);
 /* run_alloc where the run it finds holds resident pages (it is dirty):
  * false otherwise, nothing taken. */
