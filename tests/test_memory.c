@@ -791,7 +791,9 @@ static void test_grow(void)
     CHECKF(bad == (size_t)-1, "block %d grown to %d KiB: byte %zu lost", k, TO >> 10, bad);
     A(free)(b[k]);
   }
-  CHECKF(grown <= 1.3 * live, "%d blocks grown to %d KiB: resident memory grew %.1f MiB for %.1f MiB live", NB,
+  /* the copies each move leaves (64, 128 and 256 KiB a block, kept for the
+   * next buffers grown the same way: regrow) are 0.29 of the live bytes */
+  CHECKF(grown <= 1.35 * live, "%d blocks grown to %d KiB: resident memory grew %.1f MiB for %.1f MiB live", NB,
          TO >> 10, grown, live);
   printf("test_memory grow: %d blocks grown 4 KiB at a time to %d KiB, content kept; resident memory grew %.1f MiB "
          "for %.1f MiB live: OK\n", NB, TO >> 10, grown, live);
