@@ -332,7 +332,7 @@ static bool alloc_found(run_heap_t *h, uint32_t n, uint32_t align, bool resident
   uint32_t s = x->page, m = c->pg[s].len, lo = x->dlo, hi = x->dhi;
   uint64_t t = x->dirty_ms;
   uint32_t at = s;
-  bool whole = t && written_whole(h, x);
+  bool whole = t && written_whole(h, x); /* probed at every dirty placement: the arenas align by its verdict */
   if (align > 1) {
     at = aligned_page(c, s, align);
     if (t && h->grid_probe) at = aligned_in_dirty(at, s + m - n, lo, aligned_page(c, lo, align), align, whole);
