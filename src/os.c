@@ -189,10 +189,13 @@ size_t os_purge(void *p, size_t size) {
 
 #define POPULATE_WRITE 23 /* MADV_POPULATE_WRITE, Linux 5.14 */
 static _Atomic bool populate_unsupported;
+/* From p's page: a start inside a page answers EINVAL, as a kernel without
+ * the advice does, and that answer turns populating off for good. */
 void os_populate(void *p, size_t size) {
   if (size == 0 || atomic_load_explicit(&populate_unsupported, memory_order_relaxed)) return;
+  uintptr_t from = (uintptr_t)p & ~(uintptr_t)(os_page_size() - 1);
   COUNT(OS_MADVISE);
-  if (MAP_CALL(SYS_madvise, p, size, POPULATE_WRITE, 0, 0, 0) == -EINVAL)
+  if (MAP_CALL(SYS_madvise, from, size + ((uintptr_t)p - from), POPULATE_WRITE, 0, 0, 0) == -EINVAL)
     atomic_store_explicit(&populate_unsupported, true, memory_order_relaxed);
 }
 
