@@ -235,7 +235,7 @@ static void heap_learn_density(heap_t *heap, slab_t *s) {
       !slab_probes_density(heap, s))
     return;
   uint64_t mask = UINT64_C(1) << s->cls;
-  bool dense = os_resident(slab_first(s), carved) >= carved / 8 * 7;
+  bool dense = os_resident_look(slab_first(s), carved) >= carved / 8 * 7;
   heap->density_known |= mask;
   heap->dense_classes = dense ? heap->dense_classes | mask : heap->dense_classes & ~mask;
   s->populated = (char *)os_page_round((uintptr_t)s->bump);

@@ -338,18 +338,22 @@ uint64_t os_file_id(int fd) {
   return (uint64_t)st.st_dev << 40 ^ (uint64_t)st.st_ino;
 }
 
-size_t os_resident(const void *p, size_t size) {
+static size_t resident(const void *p, size_t size, bool count) {
   unsigned char vec[4096];
   size_t page = os_page_size(), n = 0;
   uintptr_t a = (uintptr_t)p & ~(page - 1), end = (uintptr_t)p + size;
   while (a < end) {
     size_t len = MIN_SIZE(end - a, sizeof vec * page);
+    if (count) COUNT(OS_MINCORE);
     if (failed(SYS(SYS_mincore, a, len, vec, 0, 0, 0))) break;
     for (size_t i = 0; i < (len + page - 1) / page; i++) n += vec[i] & 1;
     a += len;
   }
   return n * page;
 }
+
+size_t os_resident(const void *p, size_t size) { return resident(p, size, false); }
+size_t os_resident_look(const void *p, size_t size) { return resident(p, size, true); }
 
 /* A program that callocs a block usually writes all of it, and a page fault
  * costs as much as a memset of 10 to 20 pages: the block's resident pages

@@ -108,7 +108,10 @@ int os_dup(int fd, int min);
 long os_getpid(void);
 /* Device and inode of the file fd is open on, as one number (0 on error). */
 uint64_t os_file_id(int fd);
-/* Resident bytes of [p, p+size) (mincore); page-aligned p. */
+/* Resident bytes of [p, p+size) (mincore); page-aligned p. os_resident
+ * for the statistics; os_resident_look for the allocator's own decisions,
+ * which count among its system calls. */
 size_t os_resident(const void *p, size_t size);
+size_t os_resident_look(const void *p, size_t size);
 
 #endif

@@ -87,8 +87,10 @@ struct run_heap_s {
    * of the dirty pages (mincore) finds now and then: written whole, the
    * pages it skipped would stay resident, unused. */
   bool grid_probe;
-  bool probe_resident;               /* the last verdict */
-  uint8_t probe_agreed, probe_reuse; /* probes in a row that agreed; placements left on the verdict */
+  bool probe_resident;  /* the last verdict */
+  uint8_t probe_agreed; /* probes in a row that agreed */
+  uint16_t probe_reuse; /* placements left on the verdict */
+  uint16_t probe_span;  /* placements the next agreeing probe leaves on it (0: PROBE_REUSE) */
 };
 
 /* h's dirty free bytes and when they last grew, read without its lock (by
