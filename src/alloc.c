@@ -168,6 +168,10 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
     }
   }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
+  /* aligned as a block of its size would be (alloc_aligned asks for a class's size) */
+  if (small && heap_take_cold(heap, size_class(harden_min_size(size))) &&
+      (p = large_alloc_resident(heap, size, size & -size, zero)))
+    return p;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
     /* out of address space: empty the caches, once */
     if (tries && !(large_cache_release(heap) | purge_release_cached())) break;

@@ -1023,6 +1023,7 @@ heap_t *heap_init_thread(void) {
   if (h) {
     h->next_abandoned = NULL;
     __builtin_memset(h->carve_n, 0, sizeof h->carve_n); /* a new thread starts small */
+    __builtin_memset(h->cold_runs, 0, sizeof h->cold_runs);
     __builtin_memset(h->foreign_more, 0, sizeof h->foreign_more);
     h->grown_classes = h->filled_classes = h->density_known = h->dense_classes = 0;
     stat_inc(heaps_adopted);

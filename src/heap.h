@@ -9,6 +9,7 @@
 #define HAKMEM_HEAP_H
 
 #include "run.h"
+#include "size_class.h"
 #include "slab.h"
 #include "types.h"
 
@@ -85,6 +86,7 @@ struct heap_s {
   uint32_t carves;                  /* fresh carves by this heap */
   uint32_t carve_at[NUM_CLASSES];   /* the clock at each class's last carve */
   uint16_t carve_n[NUM_CLASSES];    /* blocks of the class's next carve; 0: not yet */
+  uint8_t cold_runs[NUM_CLASSES];   /* blocks of the class served as page runs (heap_take_cold) */
   uint64_t grown_classes;           /* bit cls: hot since it ran through a slab's fresh blocks */
   uint64_t filled_classes;          /* bit cls: ran through a slab's fresh blocks, hot or not */
   uint64_t density_known;           /* bit cls: a fresh slab of it was sampled (heap_learn_density) */
@@ -186,6 +188,22 @@ heap_t *heap_init_thread(void);
 /* A block of class cls after the fast path found its slab empty; NULL when
  * out of memory. */
 void *heap_alloc_small_slow(heap_t *heap, unsigned cls);
+
+/* Whether a malloc of class cls, which the fast path missed, takes a page
+ * run of the heap's free pages instead of a slab (the caller then places
+ * one): a class of two pages or more that the heap holds no slab of and has
+ * served fewer than COLD_RUN_BLOCKS so since its thread took it. Such a
+ * slab spans 256 KiB or more, and a thread that allocates a few of its
+ * blocks and exits leaves it to be emptied, purged and faulted in again by
+ * the next; page runs of any length share the heap's free pages. */
+#define COLD_RUN_BLOCKS 4
+hak_inline bool heap_take_cold(heap_t *heap, unsigned cls) {
+  if (hak_class_size[cls] < 2 * os_page_size() || heap->cold_runs[cls] >= COLD_RUN_BLOCKS ||
+      heap->cur[cls] != &hak_slab_empty || heap->queue[cls].head != NULL)
+    return false;
+  heap->cold_runs[cls]++;
+  return true;
+}
 /* Sampling (the heap profiler) in the default library, whose malloc has no
  * count of its own. While it is on, the fast path of a class allocates from
  * a proxy slab whose free list is cut from its slab's: only as many blocks

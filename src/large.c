@@ -393,6 +393,21 @@ void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero) {
   return p;
 }
 
+void *large_alloc_resident(heap_t *heap, size_t size, size_t align, bool zero) {
+  size_t bytes = block_bytes(size);
+  unsigned shift = os_page_log2();
+  uint32_t n = (uint32_t)(bytes >> shift), a = align > os_page_size() ? (uint32_t)(align >> shift) : 1;
+  int c = cache_class(bytes);
+  run_t r;
+  heap_lock(heap);
+  bool ok = (c >= 0 && run_cache_pop(&heap->lcache, (unsigned)c, a, &r)) || run_alloc_resident(&heap->pages, n, a, &r);
+  if (ok) live_add(heap, 0, run_bytes(r));
+  heap_unlock(heap);
+  if (!ok) return NULL;
+  stat_alloc(STAT_ROW_LARGE, run_bytes(r));
+  return zero ? large_zero(run_addr(r), size) : run_addr(r);
+}
+
 void *large_alloc_hot(heap_t *heap, size_t size, size_t align) {
   large_hot_t *h = &heap->lhot;
   unsigned c = large_hot_for_pages[(size + os_page_size() - 1) >> os_page_log2()];

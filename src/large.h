@@ -36,6 +36,9 @@ void large_init(void);
 /* A block of size bytes aligned to align (at most REGION_SIZE / 2); zeroed
  * with zero. NULL when out of memory. */
 void *large_alloc(heap_t *heap, size_t size, size_t align, bool zero);
+/* The same from pages the heap holds resident (a run its cache keeps, a
+ * dirty free run), or NULL: nothing faulted in, no region taken. */
+void *large_alloc_resident(heap_t *heap, size_t size, size_t align, bool zero);
 /* Frees Large block p (in a region, on a unit no slab holds); it may be
  * kept for the next block of its class. False when p is not one. */
 bool large_free(void *p);

@@ -1611,6 +1611,73 @@ static void test_teardown(void)
          next, N);
 }
 
+/* cold_mid: rounds of COLD_MID_THREADS threads; each frees the block a
+ * thread of the last round left, allocates COLD_MID_BLOCKS blocks of 8-512
+ * KiB (one in twenty in a Mid class), writes them whole, frees them but
+ * one and leaves that one. */
+enum { COLD_MID_THREADS = 4, COLD_MID_BLOCKS = 16 };
+static char *cold_mid_left[COLD_MID_THREADS];
+static pthread_mutex_t cold_mid_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cold_mid_cond = PTHREAD_COND_INITIALIZER;
+static uintptr_t cold_mid_turn;
+static pthread_barrier_t cold_mid_done;
+static long cold_mid_blocks, cold_mid_runs;
+/* The threads of a round live together and take turns, so that the run
+ * does not depend on how the scheduler interleaves them. */
+static void *cold_mid_thread(void *arg)
+{
+  uintptr_t id = (uintptr_t)arg;
+  uint64_t rng = id * 0x9E3779B97F4A7C15ull + 1;
+  pthread_mutex_lock(&cold_mid_lock);
+  while (cold_mid_turn != id) pthread_cond_wait(&cold_mid_cond, &cold_mid_lock);
+  pthread_mutex_unlock(&cold_mid_lock);
+  A(free)(cold_mid_left[id % COLD_MID_THREADS]);
+  char *p[COLD_MID_BLOCKS];
+  for (int i = 0; i < COLD_MID_BLOCKS; i++) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    size_t n = 8 * KiB + rng % (504 * KiB);
+    CHECK((p[i] = A(malloc)(n)) != NULL);
+    memset(p[i], 1, n);
+    if (n <= 32 * KiB) { /* a page run's usable size is a multiple of a page; a Mid slab block's, its class's */
+      __atomic_fetch_add(&cold_mid_blocks, 1, __ATOMIC_RELAXED);
+      if (A(malloc_usable_size)(p[i]) % 4096 == 0) __atomic_fetch_add(&cold_mid_runs, 1, __ATOMIC_RELAXED);
+    }
+  }
+  for (int i = 1; i < COLD_MID_BLOCKS; i++) A(free)(p[i]);
+  cold_mid_left[id % COLD_MID_THREADS] = p[0];
+  pthread_mutex_lock(&cold_mid_lock);
+  cold_mid_turn++;
+  pthread_cond_broadcast(&cold_mid_cond);
+  pthread_mutex_unlock(&cold_mid_lock);
+  pthread_barrier_wait(&cold_mid_done); /* no heap is given up while the others of its round run */
+  return NULL;
+}
+
+static void test_cold_mid(void)
+{
+  enum { WARM = 20, ROUNDS = 200 };
+  long faults = 0;
+  pthread_barrier_init(&cold_mid_done, NULL, COLD_MID_THREADS);
+  for (unsigned r = 0; r < WARM + ROUNDS; r++) {
+    if (r == WARM) faults = minor_faults(), cold_mid_blocks = cold_mid_runs = 0;
+    pthread_t t[COLD_MID_THREADS];
+    cold_mid_turn = r * COLD_MID_THREADS + 1;
+    for (uintptr_t i = 0; i < COLD_MID_THREADS; i++)
+      CHECK(pthread_create(&t[i], NULL, cold_mid_thread, (void *)(r * COLD_MID_THREADS + i + 1)) == 0);
+    for (int i = 0; i < COLD_MID_THREADS; i++) pthread_join(t[i], NULL);
+  }
+  faults = minor_faults() - faults;
+  for (int i = 0; i < COLD_MID_THREADS; i++) A(free)(cold_mid_left[i]);
+  pthread_barrier_destroy(&cold_mid_done);
+  /* each thread's few Mid blocks take the pages that its heap's last
+   * thread freed, not a slab per class that each thread starts afresh */
+  CHECKF(cold_mid_blocks > 0 && cold_mid_runs * 4 >= cold_mid_blocks * 3,
+         "%ld of %ld Mid blocks of the threads' heaps were page runs", cold_mid_runs, cold_mid_blocks);
+  printf("test_memory cold_mid: %d rounds of %d threads, %d blocks of 8-512 KiB each: %ld of %ld Mid blocks page "
+         "runs, %ld page faults: OK\n", ROUNDS, COLD_MID_THREADS, COLD_MID_BLOCKS, cold_mid_runs, cold_mid_blocks,
+         faults);
+}
+
 static void test_thread_cost(void)
 {
   enum { N = 64 };
@@ -1675,6 +1742,7 @@ static const tu_case_t cases[] = {
   {"no_thp", test_no_thp, 0},
   {"exit_trim", test_exit_trim, 0},
   {"thread_cost", test_thread_cost, 0},
+  {"cold_mid", test_cold_mid, 0},
   {"teardown", test_teardown, 0},
   {"big_batch", test_big_batch, TU_BY_NAME},
   {"mid_batch", test_mid_batch, TU_BY_NAME},
