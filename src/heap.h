@@ -86,7 +86,6 @@ struct heap_s {
   uint32_t carves;                  /* fresh carves by this heap */
   uint32_t carve_at[NUM_CLASSES];   /* the clock at each class's last carve */
   uint16_t carve_n[NUM_CLASSES];    /* blocks of the class's next carve; 0: not yet */
-  uint8_t cold_runs[NUM_CLASSES];   /* blocks of the class served as page runs (heap_take_cold) */
   uint64_t grown_classes;           /* bit cls: hot since it ran through a slab's fresh blocks */
   uint64_t filled_classes;          /* bit cls: ran through a slab's fresh blocks, hot or not */
   uint64_t density_known;           /* bit cls: a fresh slab of it was sampled (heap_learn_density) */
@@ -136,6 +135,7 @@ struct heap_s {
   uint64_t huge_seen_ms; /* and when */
   int64_t huge_live;     /* bytes of huge blocks its threads allocated, less those they freed (huge.c) */
   run_cache_t lcache; /* under lock: Large blocks freed last, by class (large.c) */
+  uint8_t cold_runs[NUM_CLASSES]; /* blocks of the class served as page runs (heap_take_cold) */
 } __attribute__((aligned(64)));
 
 /* "No slab": the current slab of a class that has none, and the views of
