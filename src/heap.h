@@ -135,7 +135,7 @@ struct heap_s {
   uint64_t huge_seen_ms; /* and when */
   int64_t huge_live;     /* bytes of huge blocks its threads allocated, less those they freed (huge.c) */
   run_cache_t lcache; /* under lock: Large blocks freed last, by class (large.c) */
-  uint8_t cold_runs[NUM_CLASSES]; /* blocks of the class served as page runs (heap_take_cold) */
+  uint8_t cold_runs[NUM_CLASSES]; /* times the class asked for a page run (heap_take_cold) */
 } __attribute__((aligned(64)));
 
 /* "No slab": the current slab of a class that has none, and the views of
@@ -191,8 +191,9 @@ void *heap_alloc_small_slow(heap_t *heap, unsigned cls);
 
 /* Whether a malloc of class cls, which the fast path missed, takes a page
  * run of the heap's free pages instead of a slab (the caller then places
- * one): a class of two pages or more that the heap holds no slab of and has
- * served fewer than COLD_RUN_BLOCKS so since its thread took it. Such a
+ * one): a class of two pages or more that the heap holds no slab of and
+ * that asked fewer than COLD_RUN_BLOCKS times since its thread took the
+ * heap (a run found or not: without resident pages, a slab). Such a
  * slab spans 256 KiB or more, and a thread that allocates a few of its
  * blocks and exits leaves it to be emptied, purged and faulted in again by
  * the next; page runs of any length share the heap's free pages. */
