@@ -36,6 +36,10 @@ typedef struct region_s {
   char guard[4096]; /* PROT_NONE: nothing runs into the header from below */
 #endif
   slab_t slabs[REGION_UNITS]; /* those of the header's units describe no slab */
+  /* The first lines of page-aligned blocks share one set of the L1 cache
+   * (their offsets are multiples of 4 KiB, as this point's is); the chunk's
+   * words, which every Large malloc and free reads, lie 7 lines past it. */
+  char set_skew[7 * 64];
   run_chunk_t pages;          /* the pages after the header */
   size_t mapped;              /* bytes mapped from the region's start */
   void *owner;                /* the heap whose run heap holds it */
