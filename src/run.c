@@ -290,13 +290,13 @@ static run_node_t *find_aligned(run_heap_t *h, uint32_t n, uint32_t align) {
  * blocks there were written whole (the room a growing block did not reach
  * aside), little where only their heads were. Once PROBE_TRUST probes in a
  * row agree, the placements that follow take the verdict as it is, twice as
- * many after each probe that agrees again (PROBE_REUSE to PROBE_REUSE_MAX):
+ * many after each probe that agrees again (PROBE_REUSE, PROBE_DOUBLINGS times):
  * a program writes its blocks whole or sparsely for long stretches, and
  * each probe is a system call; one that disagrees starts the count over. */
 #define PROBE_BYTES ((size_t)4 << 20)
 #define PROBE_TRUST 4
 #define PROBE_REUSE 63
-#define PROBE_REUSE_MAX 1023
+#define PROBE_DOUBLINGS 4 /* up to 1,023 placements */
 static bool written_whole(run_heap_t *h, const run_node_t *x) {
   if (!h->grid_probe) return false;
   if (h->probe_reuse) {
@@ -305,13 +305,11 @@ static bool written_whole(run_heap_t *h, const run_node_t *x) {
   }
   size_t len = MIN((size_t)(x->dhi - x->dlo) << h->page_shift, PROBE_BYTES);
   bool resident = os_resident_look(x->chunk->base + ((size_t)x->dlo << h->page_shift), len) >= len / 2;
-  if (resident != h->probe_resident) h->probe_agreed = 0, h->probe_span = 0;
-  else if (h->probe_agreed < PROBE_TRUST) h->probe_agreed++;
+  if (resident != h->probe_resident) h->probe_agreed = 0;
+  else if (h->probe_agreed < PROBE_TRUST + PROBE_DOUBLINGS) h->probe_agreed++;
   h->probe_resident = resident;
-  if (h->probe_agreed >= PROBE_TRUST) {
-    h->probe_reuse = h->probe_span ? h->probe_span : PROBE_REUSE;
-    h->probe_span = (uint16_t)MIN((uint32_t)h->probe_reuse * 2 + 1, PROBE_REUSE_MAX);
-  }
+  if (h->probe_agreed >= PROBE_TRUST)
+    h->probe_reuse = (uint16_t)(((PROBE_REUSE + 1) << (h->probe_agreed - PROBE_TRUST)) - 1);
   return resident;
 }
 

@@ -88,9 +88,8 @@ struct run_heap_s {
    * pages it skipped would stay resident, unused. */
   bool grid_probe;
   bool probe_resident;  /* the last verdict */
-  uint8_t probe_agreed; /* probes in a row that agreed */
+  uint8_t probe_agreed; /* probes in a row that agreed (run.c bounds the count) */
   uint16_t probe_reuse; /* placements left on the verdict */
-  uint16_t probe_span;  /* placements the next agreeing probe leaves on it (0: PROBE_REUSE) */
 };
 
 /* h's dirty free bytes and when they last grew, read without its lock (by
