@@ -123,13 +123,14 @@ static hak_noinline bool alloc_sampled(size_t size, heap_t *heap, size_t align, 
   return true;
 }
 
-/* Out of address space for a new slab (no free unit left whole): a page run
- * of the heap's free pages holds the block instead, aligned as a block of its
- * size would be (alloc_aligned asks for a class's size). free and realloc
+/* A page run of the heap's free pages for a small block (only of resident
+ * pages with resident), aligned as a block of its size would be
+ * (alloc_aligned asks for a class's size): a cold class's (heap_take_cold),
+ * or any where no free unit is left whole for a new slab. free and realloc
  * take it as the Large block it is. */
-static void *alloc_small_as_run(size_t size, heap_t *heap, bool zero) {
+static void *alloc_small_as_run(size_t size, heap_t *heap, bool zero, bool resident) {
   size_t align = size & -size;
-  return large_alloc(heap, size, align > os_page_size() ? align : 0, zero);
+  return resident ? large_alloc_resident(heap, size, align, zero) : large_alloc(heap, size, align, zero);
 }
 
 /* Everything malloc's fast path does not handle: first use by a thread, an
@@ -168,22 +169,20 @@ static hak_noinline void *alloc_slow(size_t size, heap_t *heap, size_t align, bo
     }
   }
   bool small = size <= SMALL_MAX && align <= MIN_ALIGN;
-  /* aligned as a block of its size would be (alloc_aligned asks for a class's size) */
-  if (small && heap_take_cold(heap, size_class(harden_min_size(size))) &&
-      (p = large_alloc_resident(heap, size, size & -size, zero)))
-    return p;
+  unsigned cls = small ? size_class(harden_min_size(size)) : 0;
+  if (small && heap_take_cold(heap, cls) && (p = alloc_small_as_run(size, heap, zero, true))) return p;
   for (int tries = 0; tries < 2 && p == NULL; tries++) {
     /* out of address space: empty the caches, once */
     if (tries && !(large_cache_release(heap) | purge_release_cached())) break;
     if (small) {
-      p = heap_alloc_small_slow(heap, size_class(harden_min_size(size)));
+      p = heap_alloc_small_slow(heap, cls);
       if (p && zero) memset(p, 0, size);
       continue;
     }
     if (size <= LARGE_MAX && align <= LARGE_MAX) p = large_alloc(heap, size, align, zero);
     if (p == NULL) p = huge_alloc(size, align, zero);
   }
-  if (p == NULL && small) p = alloc_small_as_run(size, heap, zero);
+  if (p == NULL && small) p = alloc_small_as_run(size, heap, zero, false);
   if (p == NULL) errno = ENOMEM;
   return p;
 }
